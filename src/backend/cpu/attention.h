@@ -1,0 +1,36 @@
+// The attention block of one layer on CPU: Q path, latent K=V, compressor and indexer state
+// updates, sparse attention with sinks, inverse RoPE, grouped output projection.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/rope.h"
+#include "model/config.h"
+#include "model/state.h"
+#include "model/weights.h"
+
+namespace dsv4::cpu {
+
+// Feeds T new tokens' projections k[T, coff*width], g[T, coff*width] (positions start at
+// s.n_rows * ratio + s.n_buf) into the compressor; appends a row for every window closed.
+void compressor_update(CompressorState& s, const CompressorWeights& w, const Rope& rope, float norm_eps,
+                       const float* k, const float* g, int64_t T);
+
+// Indexer selection for one query at absolute position `pos`: the visible rows w < (pos+1)/ratio,
+// all of them when at most top_k, else the top_k by score (ties: lower index), ascending.
+void indexer_select(const float* scores, int64_t n_visible, int top_k, std::vector<int32_t>& out);
+
+// Keys visible to one query: window rows then compressed rows, all [width]-wide.
+struct KeySet {
+    std::vector<const float*> rows;
+};
+
+// Softmax attention with a sink for one query vector q[width] over `keys` (K = V):
+// out = sum_j softmax_j({q·k_j · scale} ∪ {sink}) k_j (the sink has no value).
+void attend_one(const float* q, const KeySet& keys, int width, float scale, float sink, float* out);
+
+// The whole attention block for T tokens a[T, hidden] at positions state.pos ...
+void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, const Rope& rope, const float* a,
+                     int64_t T, int64_t pos0, LayerState& state, float* out);
+
+}  // namespace dsv4::cpu

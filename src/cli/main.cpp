@@ -1,0 +1,33 @@
+// dsv4: command-line front end. Parses arguments and calls the layers below; no math here.
+// Exit status: 0 success, 1 runtime failure, 2 bad arguments. Errors are one line on stderr.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"dsv4: DeepSeek-V4 inference engine"};
+    app.require_subcommand(1);
+    dsv4::cli::Commands commands(app);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::fprintf(stderr, "dsv4: %s (see dsv4 --help)\n", e.what());
+        return 2;
+    }
+    try {
+        return commands.run();
+    } catch (const dsv4::UsageError& e) {
+        std::fprintf(stderr, "dsv4: %s\n", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "dsv4: %s\n", e.what());
+        return 1;
+    }
+}

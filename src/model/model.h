@@ -1,0 +1,36 @@
+// A loaded DeepSeek-V4 model: config, bound weights, and the forward pass over a chunk of
+// tokens that continues a State (a whole prompt is one chunk from an empty State).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/rope.h"
+#include "io/gguf.h"
+#include "model/config.h"
+#include "model/state.h"
+#include "model/weights.h"
+
+namespace dsv4 {
+
+class Model {
+public:
+    explicit Model(const std::string& gguf_path);
+
+    const ModelConfig& config() const { return cfg_; }
+    const ModelWeights& weights() const { return w_; }
+    const gguf::Reader& file() const { return *file_; }
+
+    // Runs tokens[0..T) at positions state.pos ...; advances state. When logits is non-null it
+    // receives [T, vocab] float32.
+    void forward(const int32_t* tokens, int64_t T, State& state, float* logits) const;
+
+private:
+    std::unique_ptr<gguf::Reader> file_;
+    ModelConfig cfg_;
+    ModelWeights w_;
+    cpu::Rope rope_main_, rope_compress_;
+};
+
+}  // namespace dsv4
