@@ -11,6 +11,13 @@ int main(int argc, char** argv) {
     CLI::App app{"dsv4: DeepSeek-V4 inference engine"};
     app.require_subcommand(1);
     dsv4::cli::Commands commands(app);
+    bool known = false;
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+        known |= argc > 1 && sub->get_name() == argv[1];
+    if (argc > 1 && argv[1][0] != '-' && !known) {
+        std::fprintf(stderr, "dsv4: unknown command '%s' (see dsv4 --help)\n", argv[1]);
+        return 2;
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
