@@ -14,7 +14,7 @@ Model::Model(const std::string& path)
       rope_main_(cfg_.rope_main, cfg_.rope_dim),
       rope_compress_(cfg_.rope_compress, cfg_.rope_dim) {}
 
-void Model::forward(const int32_t* tokens, int64_t T, State& st, float* logits) const {
+void Model::forward(const int32_t* tokens, int64_t T, State& st, float* logits, const ForwardOptions& opt) const {
     const ModelConfig& c = cfg_;
     if (int(st.layers.size()) != c.n_layers) fail("state was made for another model");
     const int64_t D = c.hidden, nD = int64_t(c.hc_mult) * D;
@@ -27,7 +27,7 @@ void Model::forward(const int32_t* tokens, int64_t T, State& st, float* logits) 
         cpu::hc_pre(c, L.hc_attn_fn, L.hc_attn_base.data(), L.hc_attn_scale.data(), X.data(), T, y.data(),
                     post.data(), comb.data());
         cpu::rmsnorm(y.data(), T, D, L.attn_norm.data(), float(c.norm_eps));
-        cpu::attention_block(c, l, L, rope, y.data(), T, st.pos, st.layers[size_t(l)], f.data());
+        cpu::attention_block(c, l, L, rope, y.data(), T, st.pos, opt.band, st.layers[size_t(l)], f.data());
         cpu::hc_post(c, X.data(), f.data(), post.data(), comb.data(), T);
 
         cpu::hc_pre(c, L.hc_ffn_fn, L.hc_ffn_base.data(), L.hc_ffn_scale.data(), X.data(), T, y.data(), post.data(),
@@ -37,10 +37,11 @@ void Model::forward(const int32_t* tokens, int64_t T, State& st, float* logits) 
         cpu::hc_post(c, X.data(), f.data(), post.data(), comb.data(), T);
     }
     st.pos += T;
-    if (!logits) return;
-    cpu::hc_head(c, w_, X.data(), T, y.data());
-    cpu::rmsnorm(y.data(), T, D, w_.output_norm.data(), float(c.norm_eps));
-    cpu::matmul(y.data(), T, w_.output, logits);
+    if (!logits || opt.logits == Logits::None) return;
+    const int64_t first = opt.logits == Logits::Last ? T - 1 : 0, rows = T - first;
+    cpu::hc_head(c, w_, X.data() + first * nD, rows, y.data());
+    cpu::rmsnorm(y.data(), rows, D, w_.output_norm.data(), float(c.norm_eps));
+    cpu::matmul(y.data(), rows, w_.output, logits);
 }
 
 }  // namespace dsv4

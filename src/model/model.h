@@ -14,6 +14,15 @@
 
 namespace dsv4 {
 
+// Which logits a forward computes: the LM head is a [vocab, hidden] matmul per row, so a
+// prefill asks only for the last row.
+enum class Logits { None, Last, All };
+
+struct ForwardOptions {
+    Logits logits = Logits::All;
+    int64_t band = 2048;  // queries processed together inside the attention (bounds its scratch)
+};
+
 class Model {
 public:
     explicit Model(const std::string& gguf_path);
@@ -22,9 +31,10 @@ public:
     const ModelWeights& weights() const { return w_; }
     const gguf::Reader& file() const { return *file_; }
 
-    // Runs tokens[0..T) at positions state.pos ...; advances state. When logits is non-null it
-    // receives [T, vocab] float32.
-    void forward(const int32_t* tokens, int64_t T, State& state, float* logits) const;
+    // Runs tokens[0..T) at positions state.pos ... layer by layer (every token through layer 0,
+    // then layer 1, ...: each weight is read once per call); advances state. `logits` receives
+    // [T, vocab] (Logits::All) or [vocab] of the last token (Logits::Last) float32.
+    void forward(const int32_t* tokens, int64_t T, State& state, float* logits, const ForwardOptions& opt = {}) const;
 
 private:
     std::unique_ptr<gguf::Reader> file_;

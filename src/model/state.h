@@ -21,6 +21,27 @@ struct CompressorState {
     bool has_prev = false;                  // (gate with its position bias already added)
 };
 
+// What a rewind restores: everything but the compressed rows, which only grow and are cut back
+// to their count (so a mark costs O(window), not O(context)).
+struct StateMark {
+    int64_t pos = 0;
+    struct Layer {
+        std::vector<float> window;
+        int n_window = 0;
+        CompressorState comp, idx;  // with rows left empty; n_rows kept
+    };
+    std::vector<Layer> layers;
+};
+
+// Bytes of state, split the way docs/STATE.md reports them.
+struct StateBytes {
+    size_t window = 0;      // sliding-window rows (fixed once the window is full)
+    size_t compressed = 0;  // CSA/HCA compressed rows (grow with the context)
+    size_t indexer = 0;     // CSA indexer rows (grow with the context)
+    size_t partial = 0;     // unfinished windows and CSA overlap halves (bounded)
+    size_t total() const { return window + compressed + indexer + partial; }
+};
+
 struct LayerState {
     std::vector<float> window;  // latent K=V rows of the last (window - 1) tokens, oldest first
     int n_window = 0;
@@ -32,6 +53,22 @@ struct State {
     std::vector<LayerState> layers;
 
     explicit State(const ModelConfig& c);
+
+    // A copy of the whole State is a snapshot (prefix caching); mark/rewind is the cheap way
+    // back to an earlier position of this same State (rejected speculative tokens).
+    StateMark mark() const;
+    void rewind(const StateMark& m);
+
+    StateBytes bytes() const;
 };
+
+// Growth of the state per token, by layer type, for this config (bytes, float32 rows).
+struct StateGrowth {
+    double csa_per_token = 0;   // one CSA layer: (head_dim + index_head_dim) / ratio floats
+    double hca_per_token = 0;   // one HCA layer: head_dim / ratio floats
+    double all_layers_per_token = 0;
+    size_t fixed_per_layer = 0; // the window: (window - 1) * head_dim floats
+};
+StateGrowth state_growth(const ModelConfig& c);
 
 }  // namespace dsv4

@@ -114,10 +114,43 @@ void attend_one(const float* q, const KeySet& keys, int width, float scale, floa
     }
 }
 
+void attend_heads(const float* q, int H, const KeySet& keys, int width, float scale, const float* sinks, float* out) {
+    // Running max m, denominator l and unnormalised sum per head; the sink starts each head
+    // with m = sink, l = exp(0) = 1 and no value.
+    std::vector<float> m(sinks, sinks + H), l(static_cast<size_t>(H), 1.0f);
+    std::fill(out, out + int64_t(H) * width, 0.0f);
+    for (const float* k : keys.rows) {
+        for (int h = 0; h < H; ++h) {
+            float z = dotf(q + int64_t(h) * width, k, width) * scale;
+            float* acc = out + int64_t(h) * width;
+            if (z > m[size_t(h)]) {
+                float f = std::exp(m[size_t(h)] - z);
+                l[size_t(h)] = l[size_t(h)] * f + 1.0f;
+                for (int i = 0; i < width; ++i) acc[i] = acc[i] * f + k[i];
+                m[size_t(h)] = z;
+            } else {
+                float p = std::exp(z - m[size_t(h)]);
+                l[size_t(h)] += p;
+                for (int i = 0; i < width; ++i) acc[i] += p * k[i];
+            }
+        }
+    }
+    for (int h = 0; h < H; ++h) {
+        float inv = 1.0f / l[size_t(h)];
+        float* acc = out + int64_t(h) * width;
+        for (int i = 0; i < width; ++i) acc[i] *= inv;
+    }
+}
+
+void window_keys(const LatentRows& r, int64_t p, KeySet& keys) {
+    for (int64_t j = std::max<int64_t>(0, p - r.window + 1); j <= p; ++j)
+        keys.rows.push_back(j < r.pos0 ? r.cache + (j - r.cache_from) * r.width : r.chunk + (j - r.pos0) * r.width);
+}
+
 void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, const Rope& rope, const float* a,
-                     int64_t T, int64_t pos0, LayerState& st, float* out) {
+                     int64_t T, int64_t pos0, int64_t band, LayerState& st, float* out) {
     const int H = c.n_heads, d = c.head_dim, Wn = c.window;
-    const int64_t D = c.hidden, Hd = int64_t(H) * d;
+    const int64_t Hd = int64_t(H) * d;
     const float eps = float(c.norm_eps);
     const AttnType type = c.attn[size_t(layer)];
 
@@ -166,16 +199,17 @@ void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, con
     const float idx_scale = type == AttnType::CSA ? float(std::pow(double(Id), -0.5)) : 0.0f;
     const int ratio = c.ratio[size_t(layer)];
     std::vector<float> attn(static_cast<size_t>(T * Hd));
-    const int64_t cached_from = pos0 - st.n_window;  // position of st.window's first row
-    parallel_for(static_cast<size_t>(T), [&](size_t b, size_t e) {
+    const LatentRows latent{st.window.data(), pos0 - st.n_window, kv.data(), pos0, d, Wn};
+    if (band <= 0) band = T;
+    for (int64_t band0 = 0; band0 < T; band0 += band)
+    parallel_for(static_cast<size_t>(std::min(band, T - band0)), [&](size_t b, size_t e) {
         KeySet keys;
         std::vector<float> scores;
         std::vector<int32_t> picked;
         for (size_t tt = b; tt < e; ++tt) {
-            const int64_t t = int64_t(tt), p = pos0 + t;
+            const int64_t t = band0 + int64_t(tt), p = pos0 + t;
             keys.rows.clear();
-            for (int64_t j = std::max<int64_t>(0, p - Wn + 1); j <= p; ++j)
-                keys.rows.push_back(j < pos0 ? &st.window[size_t((j - cached_from) * d)] : &kv[size_t((j - pos0) * d)]);
+            window_keys(latent, p, keys);
             if (type != AttnType::Sliding) {
                 int64_t n_vis = std::min<int64_t>((p + 1) / ratio, st.comp.n_rows);
                 if (type == AttnType::HCA) {
@@ -194,11 +228,9 @@ void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, con
                     for (int32_t r : picked) keys.rows.push_back(&st.comp.rows[size_t(r) * size_t(d)]);
                 }
             }
-            for (int h = 0; h < H; ++h) {
-                float* o = &attn[size_t(t * Hd + h * d)];
-                attend_one(&q[size_t(t * Hd + h * d)], keys, d, scale, w.sinks[size_t(h)], o);
-                rope.apply(o, d, p, /*inverse=*/true);  // V carried rope by its own position
-            }
+            float* o = &attn[size_t(t * Hd)];
+            attend_heads(&q[size_t(t * Hd)], H, keys, d, scale, w.sinks.data(), o);
+            for (int h = 0; h < H; ++h) rope.apply(o + h * d, d, p, /*inverse=*/true);  // V carried rope by its position
         }
     });
 
@@ -220,7 +252,6 @@ void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, con
         matmul(attn.data() + g * per_group, Hd, T, w.o_a, int64_t(g) * c.o_lora, int64_t(g + 1) * c.o_lora,
                u.data() + int64_t(g) * c.o_lora, GL);
     matmul(u.data(), T, w.o_b, out);
-    (void)D;
 }
 
 }  // namespace dsv4::cpu

@@ -27,10 +27,31 @@ struct KeySet {
 
 // Softmax attention with a sink for one query vector q[width] over `keys` (K = V):
 // out = sum_j softmax_j({q·k_j · scale} ∪ {sink}) k_j (the sink has no value).
+// The compact form: scores first, then the weighted sum. The oracle for attend_heads.
 void attend_one(const float* q, const KeySet& keys, int width, float scale, float sink, float* out);
 
-// The whole attention block for T tokens a[T, hidden] at positions state.pos ...
+// The streaming form used by the engine: one pass over the keys, each key row loaded once and
+// used by all H heads of the query (online softmax per head), as fast GPU kernels do it.
+// q and out are [H, width]; sinks is [H].
+void attend_heads(const float* q, int H, const KeySet& keys, int width, float scale, const float* sinks, float* out);
+
+// Where the latent rows of one layer live during a forward: the state's window (rows of the
+// positions cache_from ..) and the chunk being processed (rows of positions pos0 ..).
+struct LatentRows {
+    const float* cache = nullptr;
+    int64_t cache_from = 0;
+    const float* chunk = nullptr;
+    int64_t pos0 = 0;
+    int width = 0;
+    int window = 0;
+};
+
+// The sliding-window keys of the query at position p: positions max(0, p - window + 1) .. p.
+void window_keys(const LatentRows& rows, int64_t p, KeySet& keys);
+
+// The whole attention block for T tokens a[T, hidden] at positions pos0 ...; queries are
+// processed in bands of `band` (each sees everything before it; nothing is [queries x keys]).
 void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, const Rope& rope, const float* a,
-                     int64_t T, int64_t pos0, LayerState& state, float* out);
+                     int64_t T, int64_t pos0, int64_t band, LayerState& state, float* out);
 
 }  // namespace dsv4::cpu

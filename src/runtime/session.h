@@ -1,0 +1,53 @@
+// One sequence being processed: the model's State plus the tokens it has consumed. Prompts
+// are prefilled in bands; decoding appends one token (or K, for speculative verification).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "model/model.h"
+#include "model/state.h"
+#include "runtime/admission.h"
+
+namespace dsv4 {
+
+struct PrefillOptions {
+    int64_t band = 2048;     // queries attended together
+    int frontier_bands = 5;  // bands per physical step: weights are read once per step
+    AdmissionPolicy admission;
+    std::function<void(int64_t done, int64_t total)> progress;  // after each step
+};
+
+struct SessionMark {
+    StateMark state;
+    size_t n_tokens = 0;
+};
+
+class Session {
+public:
+    Session(const Model& model, PrefillOptions options = {});
+
+    const Model& model() const { return model_; }
+    const State& state() const { return state_; }
+    const std::vector<int32_t>& tokens() const { return tokens_; }
+    int64_t position() const { return state_.pos; }
+    const PrefillOptions& options() const { return opt_; }
+
+    // Appends n tokens in steps of band x frontier_bands tokens (layer-major inside a step,
+    // committed in order); writes the last token's logits [vocab]. Refused up front, with the
+    // state untouched, when memory admission says no.
+    void prefill(const int32_t* tokens, int64_t n, float* last_logits);
+    // Appends K tokens in one forward; logits [K, vocab].
+    void decode(const int32_t* tokens, int64_t K, float* logits);
+
+    SessionMark mark() const { return {state_.mark(), tokens_.size()}; }
+    void rewind(const SessionMark& m);
+
+private:
+    const Model& model_;
+    PrefillOptions opt_;
+    State state_;
+    std::vector<int32_t> tokens_;
+};
+
+}  // namespace dsv4
