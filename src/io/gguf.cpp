@@ -189,9 +189,14 @@ size_t tensor_bytes(TensorType t, const std::vector<int64_t>& ne) {
     if (ne.empty()) fail("tensor with no dimensions");
     int64_t be = type_block_elems(t);
     if (ne[0] % be != 0) fail("row length ", ne[0], " is not a multiple of the ", type_name(t), " block of ", be);
+    // Checked after every factor: each stays below 2^63, so the product cannot wrap.
+    const unsigned __int128 limit = std::numeric_limits<size_t>::max() / 2;
     unsigned __int128 bytes = (unsigned __int128)(ne[0] / be) * type_block_bytes(t);
-    for (size_t d = 1; d < ne.size(); ++d) bytes *= (unsigned __int128)ne[d];
-    if (bytes > std::numeric_limits<size_t>::max() / 2) fail("tensor too large");
+    if (bytes > limit) fail("tensor too large");
+    for (size_t d = 1; d < ne.size(); ++d) {
+        bytes *= (unsigned __int128)ne[d];
+        if (bytes > limit) fail("tensor too large");
+    }
     return size_t(bytes);
 }
 
@@ -357,7 +362,15 @@ void Writer::set(const std::string& key, Value v) {
 void Writer::add_tensor(const std::string& name, TensorType type, std::vector<int64_t> ne, Producer produce) {
     for (const auto& t : tensors_)
         if (t.name == name) fail("GGUF writer: duplicate tensor '", name, "'");
-    tensor_bytes(type, ne);  // validates the shape
+    // Validate the shape as the reader will: 1 to 4 positive dims, whole blocks, a sane size.
+    if (ne.empty() || ne.size() > kMaxDims) fail("GGUF writer: tensor '", name, "' has ", ne.size(), " dimensions");
+    for (size_t d = 0; d < ne.size(); ++d)
+        if (ne[d] <= 0) fail("GGUF writer: tensor '", name, "': dimension ", d, " is ", ne[d]);
+    try {
+        tensor_bytes(type, ne);
+    } catch (const Error& e) {
+        fail("GGUF writer: tensor '", name, "': ", e.what());
+    }
     tensors_.push_back({name, type, std::move(ne), std::move(produce)});
 }
 
@@ -368,22 +381,32 @@ void Writer::add_tensor(const std::string& name, TensorType type, std::vector<in
 }
 
 void Writer::write(const std::string& path, const std::function<void(size_t, size_t)>& progress) const {
+    // A general.alignment key set by the caller is the alignment the file declares, so the
+    // layout must follow it; otherwise the constructor's alignment is used (and recorded).
+    uint32_t alignment = alignment_;
+    bool has_alignment = false;
+    for (const auto& kv : kv_)
+        if (kv.first == "general.alignment") {
+            if (kv.second.type != ValueType::U32) fail(path, ": general.alignment must be a u32");
+            alignment = uint32_t(kv.second.u);
+            has_alignment = true;
+        }
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0)
+        fail(path, ": ", has_alignment ? "general.alignment " : "GGUF alignment ", alignment, " is not a power of two");
     std::vector<uint8_t> head;
     put<uint32_t>(head, kMagic);
     put<uint32_t>(head, 3);
     put<uint64_t>(head, tensors_.size());
-    bool has_alignment = false;
-    for (const auto& kv : kv_) has_alignment |= kv.first == "general.alignment";
-    put<uint64_t>(head, kv_.size() + (has_alignment || alignment_ == 32 ? 0 : 1));
+    put<uint64_t>(head, kv_.size() + (has_alignment || alignment == 32 ? 0 : 1));
     for (const auto& kv : kv_) {
         put_string(head, kv.first);
         put<uint32_t>(head, uint32_t(kv.second.type));
         write_value(head, kv.second);
     }
-    if (!has_alignment && alignment_ != 32) {
+    if (!has_alignment && alignment != 32) {
         put_string(head, "general.alignment");
         put<uint32_t>(head, uint32_t(ValueType::U32));
-        put<uint32_t>(head, alignment_);
+        put<uint32_t>(head, alignment);
     }
     uint64_t offset = 0;
     std::vector<size_t> sizes;
@@ -395,9 +418,9 @@ void Writer::write(const std::string& path, const std::function<void(size_t, siz
         put<uint64_t>(head, offset);
         size_t nb = tensor_bytes(t.type, t.ne);
         sizes.push_back(nb);
-        offset = align_up(offset + nb, alignment_);
+        offset = align_up(offset + nb, alignment);
     }
-    head.resize(static_cast<size_t>(align_up(head.size(), alignment_)), 0);
+    head.resize(static_cast<size_t>(align_up(head.size(), alignment)), 0);
 
     std::string tmp = path + ".partial";
     FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -428,7 +451,7 @@ void Writer::write(const std::string& path, const std::function<void(size_t, siz
             fail("GGUF writer: tensor '", tensors_[k].name, "' produced ", buf.size(), " bytes, expected ", sizes[k]);
         }
         write_or_fail(buf.data(), buf.size());
-        size_t pad = size_t(align_up(buf.size(), alignment_) - buf.size());
+        size_t pad = size_t(align_up(buf.size(), alignment) - buf.size());
         while (pad > 0) {
             size_t n = pad < sizeof(zeros) ? pad : sizeof(zeros);
             write_or_fail(zeros, n);

@@ -20,10 +20,11 @@ public:
             if (j_.contains(n) && !j_[n].is_null()) return &j_[n];
         return nullptr;
     }
-    long long integer(std::initializer_list<const char*> names, long long fallback) const {
+    // allow_list: a list stands for its first element (eos_token_id may list several ids).
+    long long integer(std::initializer_list<const char*> names, long long fallback, bool allow_list = false) const {
         const json* v = find(names);
         if (!v) return fallback;
-        if (v->is_array() && !v->empty() && (*v)[0].is_number_integer()) return (*v)[0].get<long long>();  // eos lists
+        if (allow_list && v->is_array() && !v->empty() && (*v)[0].is_number_integer()) return (*v)[0].get<long long>();
         if (!v->is_number_integer()) bad(*names.begin(), *v, "an integer");
         return v->get<long long>();
     }
@@ -55,8 +56,8 @@ private:
     const std::string& src_;
 };
 
-int checked_int(const Fields& f, std::initializer_list<const char*> names, long long fallback) {
-    long long v = f.integer(names, fallback);
+int checked_int(const Fields& f, std::initializer_list<const char*> names, long long fallback, bool allow_list = false) {
+    long long v = f.integer(names, fallback, allow_list);
     if (v < 0 || v > (1ll << 31) - 1) fail(f.source(), ": field '", *names.begin(), "' value ", v, " is out of range");
     return int(v);
 }
@@ -146,7 +147,7 @@ ModelConfig config_from_hf_json(const std::string& text, const std::string& sour
     c.norm_topk = f.boolean({"norm_topk_prob"}, true);
     c.max_positions = f.integer({"max_position_embeddings"}, 1048576);
     c.bos = checked_int(f, {"bos_token_id"}, 0);
-    c.eos = checked_int(f, {"eos_token_id"}, 1);
+    c.eos = checked_int(f, {"eos_token_id"}, 1, /*allow_list=*/true);
     c.n_nextn = 0;  // MTP blocks are counted by the converter from the tensors it writes
 
     // Rope dimension: partial_rotary_factor, else legacy qk_rope_head_dim, else 64/512.
@@ -172,6 +173,7 @@ ModelConfig config_from_hf_json(const std::string& text, const std::string& sour
     hca_rate = checked_int(f, {"compress_rate_hca"}, hca_rate);
 
     // Layer schedule: layer_types > legacy compress_ratios > transformers' default (V4-Pro pattern).
+    const char* schedule_field = "layer_types";
     if (const json* lt = f.find({"layer_types"})) {
         if (!lt->is_array()) f.bad("layer_types", *lt, "an array");
         for (const auto& e : *lt) {
@@ -179,6 +181,7 @@ ModelConfig config_from_hf_json(const std::string& text, const std::string& sour
             c.attn.push_back(attn_from_name(e.get<std::string>(), source));
         }
     } else if (const json* ratios = f.find({"compress_ratios"})) {
+        schedule_field = "compress_ratios";
         if (!ratios->is_array()) f.bad("compress_ratios", *ratios, "an array");
         for (const auto& e : *ratios) {
             if (!e.is_number_integer()) f.bad("compress_ratios", e, "integers");
@@ -193,7 +196,7 @@ ModelConfig config_from_hf_json(const std::string& text, const std::string& sour
             c.attn.push_back(l < 2 ? AttnType::HCA : ((l - 2) % 2 ? AttnType::CSA : AttnType::HCA));
     }
     if (int(c.attn.size()) < c.n_layers)
-        fail(source, ": the layer schedule has ", c.attn.size(), " entries for ", c.n_layers, " layers");
+        fail(source, ": ", schedule_field, " has ", c.attn.size(), " entries for ", c.n_layers, " layers");
     c.attn.resize(static_cast<size_t>(c.n_layers));  // legacy lists carry trailing MTP entries
     for (AttnType t : c.attn) c.ratio.push_back(t == AttnType::Sliding ? 0 : t == AttnType::CSA ? csa_rate : hca_rate);
 

@@ -80,6 +80,9 @@ void SafeTensors::add_file(const std::string& path) {
     if (!header.is_object()) fail(path, ": safetensors header is not a JSON object");
     const uint8_t* data = base + 8 + hlen;
     size_t data_size = size - 8 - size_t(hlen);
+    // Collected first and merged only when the whole file is valid: a rejected file must not
+    // leave tensors behind that point into its (then unmapped) data.
+    std::map<std::string, StTensor> added;
     for (auto& [name, entry] : header.items()) {
         if (name == "__metadata__") continue;
         if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
@@ -104,16 +107,19 @@ void SafeTensors::add_file(const std::string& path) {
         if (b > e || e > data_size)
             fail(path, ": tensor '", name, "': data_offsets [", b, ", ", e, "] outside the ", data_size,
                  "-byte data section (truncated file?)");
+        // Saturating at 2^64 (more than any byte count): with every dim below 2^63 nothing wraps.
+        const unsigned __int128 cap = (unsigned __int128)1 << 64;
         unsigned __int128 want = (unsigned __int128)st_dtype_size(t.dtype);
-        for (int64_t d : t.shape) want *= (unsigned __int128)d;
+        for (int64_t d : t.shape) want = std::min<unsigned __int128>(want * (unsigned __int128)d, cap);
         if (want != (unsigned __int128)(e - b))
             fail(path, ": tensor '", name, "': ", e - b, " bytes do not match shape ", shape.dump(), " of ",
                  st_dtype_name(t.dtype));
         t.data = data + b;
         t.nbytes = size_t(e - b);
         if (tensors_.count(name)) fail(path, ": tensor '", name, "' appears in two shards");
-        tensors_.emplace(name, std::move(t));
+        added.emplace(name, std::move(t));
     }
+    tensors_.merge(added);
     files_.push_back(std::move(file));
 }
 

@@ -65,6 +65,8 @@ ModelConfig config_from_gguf(const gguf::Reader& f) {
     ModelConfig c;
     int blocks = to_int(f, n::kBlockCount);
     c.n_nextn = f.find(n::kNextnPredictLayers) ? to_int(f, n::kNextnPredictLayers) : 0;
+    if (c.n_nextn >= blocks)
+        fail(f.path(), ": ", n::kNextnPredictLayers, " ", c.n_nextn, " leaves no main layer of ", n::kBlockCount, " ", blocks);
     c.n_layers = blocks - c.n_nextn;
     c.hidden = to_int(f, n::kEmbeddingLength);
     c.n_heads = to_int(f, n::kHeadCount);
@@ -114,19 +116,20 @@ ModelConfig config_from_gguf(const gguf::Reader& f) {
     }
 
     std::vector<int64_t> ratios = int_array(f, n::kCompressRatios);
-    if (int64_t(ratios.size()) < c.n_layers)
-        fail(f.path(), ": ", n::kCompressRatios, " has ", ratios.size(), " entries for ", c.n_layers, " layers");
+    if (int64_t(ratios.size()) < blocks)
+        fail(f.path(), ": ", n::kCompressRatios, " has ", ratios.size(), " entries for ", blocks, " blocks");
     int csa = f.find(n::kDsv4CsaRatio) ? to_int(f, n::kDsv4CsaRatio) : 4;
     for (int l = 0; l < c.n_layers; ++l) {
         int r = int(ratios[size_t(l)]);
         c.ratio.push_back(r);
         c.attn.push_back(r == 0 ? AttnType::Sliding : r == csa ? AttnType::CSA : AttnType::HCA);
     }
-    if (std::find(c.attn.begin(), c.attn.end(), AttnType::CSA) != c.attn.end()) {
-        c.index_heads = to_int(f, n::kIndexerHeadCount);
-        c.index_head_dim = to_int(f, n::kIndexerKeyLength);
-        c.index_topk = to_int(f, n::kIndexerTopK);
-    }
+    // Required with CSA layers; read whenever present so that a round trip keeps them.
+    bool has_csa = std::find(c.attn.begin(), c.attn.end(), AttnType::CSA) != c.attn.end();
+    auto indexer = [&](const std::string& k) { return has_csa || f.find(k) ? to_int(f, k) : 0; };
+    c.index_heads = indexer(n::kIndexerHeadCount);
+    c.index_head_dim = indexer(n::kIndexerKeyLength);
+    c.index_topk = indexer(n::kIndexerTopK);
     if (f.find(n::kDsv4HashLayers)) {
         std::vector<int64_t> h = int_array(f, n::kDsv4HashLayers);
         if (int64_t(h.size()) != c.n_layers) fail(f.path(), ": ", n::kDsv4HashLayers, " needs one entry per layer");
@@ -193,8 +196,9 @@ void config_to_gguf(const ModelConfig& c, gguf::Writer& w) {
     std::vector<int> hash_layers;
     for (MlpType m : c.mlp) hash_layers.push_back(m == MlpType::Hash ? 1 : 0);
     w.set(n::kDsv4HashLayers, int_array_value(hash_layers));
-    int csa = c.csa_ratio();
-    if (csa != 0) u32(n::kDsv4CsaRatio, csa);
+    // Always written, 0 without CSA layers: the reader's default of 4 would turn HCA layers of
+    // ratio 4 into CSA layers.
+    u32(n::kDsv4CsaRatio, c.csa_ratio());
     u32(n::kHcCount, c.hc_mult);
     u32(n::kHcSinkhornIters, c.hc_iters);
     f32(n::kHcEpsilon, c.hc_eps);
