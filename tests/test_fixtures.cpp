@@ -14,6 +14,7 @@
 #include "io/convert_hf.h"
 #include "io/gguf.h"
 #include "model/model.h"
+#include "fixture_util.h"
 
 namespace fs = std::filesystem;
 using namespace dsv4;
@@ -22,46 +23,9 @@ namespace {
 
 const std::vector<std::string> kFixtures = {"mini_flash", "legacy_hfnames", "odd_order", "long_seq"};
 
-fs::path fixture_dir(const std::string& name) { return fs::path(DSV4_SOURCE_DIR) / "tests" / "fixtures" / name; }
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        path = fs::temp_directory_path() / ("dsv4_fixture_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-        fs::create_directories(path);
-    }
-    ~TempDir() { fs::remove_all(path); }
-    static int& counter() {
-        static int c = 0;
-        return c;
-    }
-};
-
-std::vector<float> read_f32(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
-    std::vector<float> out(bytes.size() / 4);
-    std::memcpy(out.data(), bytes.data(), out.size() * 4);
-    return out;
-}
-
-std::vector<int32_t> read_tokens(const fs::path& p) {
-    std::ifstream in(p);
-    std::vector<int32_t> out;
-    int32_t t;
-    while (in >> t) out.push_back(t);
-    return out;
-}
-
-std::string convert(const std::string& name, const fs::path& dir, gguf::TensorType dtype = gguf::TensorType::F32) {
-    ConvertOptions o;
-    o.hf_dir = fixture_dir(name).string();
-    o.out_path = (dir / (name + ".gguf")).string();
-    o.dtype = dtype;
-    o.quiet = true;
-    convert_hf(o);
-    return o.out_path;
-}
+using test::fixture_dir;
+using test::TempDir;
+using test::convert_fixture;
 
 std::vector<float> run(const Model& m, const std::vector<int32_t>& tokens, int64_t chunk) {
     const int64_t T = int64_t(tokens.size()), V = m.config().vocab;
@@ -80,9 +44,9 @@ class Fixture : public ::testing::TestWithParam<std::string> {};
 TEST_P(Fixture, MatchesTransformersLogits) {
     const std::string name = GetParam();
     TempDir tmp;
-    Model model(convert(name, tmp.path));
-    auto tokens = read_tokens(fixture_dir(name) / "tokens.txt");
-    auto ref = read_f32(fixture_dir(name) / "logits.f32");
+    Model model(convert_fixture(name, tmp.path()));
+    auto tokens = test::fixture_tokens(name);
+    auto ref = test::fixture_logits(name);
     const int64_t V = model.config().vocab, T = int64_t(tokens.size());
     ASSERT_EQ(int64_t(ref.size()), T * V);
     auto got = run(model, tokens, T);
@@ -102,8 +66,8 @@ TEST_P(Fixture, MatchesTransformersLogits) {
 TEST_P(Fixture, ChunkedPrefillEqualsOneForward) {
     const std::string name = GetParam();
     TempDir tmp;
-    Model model(convert(name, tmp.path));
-    auto tokens = read_tokens(fixture_dir(name) / "tokens.txt");
+    Model model(convert_fixture(name, tmp.path()));
+    auto tokens = test::fixture_tokens(name);
     auto full = run(model, tokens, int64_t(tokens.size()));
     float max_abs = 0;
     for (float x : full) max_abs = std::max(max_abs, std::fabs(x));
@@ -151,8 +115,8 @@ std::string load_error(const std::string& path) {
 
 TEST(BadModel, MissingWrongShapeOrUnknownTensorIsNamed) {
     TempDir tmp;
-    std::string good = convert("mini_flash", tmp.path);
-    std::string bad = (tmp.path / "bad.gguf").string();
+    std::string good = convert_fixture("mini_flash", tmp.path());
+    std::string bad = (tmp.path() / "bad.gguf").string();
     rewrite(good, bad, "blk.2.indexer.proj.weight", "", false);
     EXPECT_NE(load_error(bad).find("missing tensor 'blk.2.indexer.proj.weight'"), std::string::npos) << load_error(bad);
     rewrite(good, bad, "", "blk.1.attn_q_b.weight", false);
@@ -165,14 +129,14 @@ TEST(BadCheckpoint, ConverterNamesTheProblem) {
     TempDir tmp;
     auto cfg = nlohmann::json::parse(std::ifstream(fixture_dir("mini_flash") / "config.json"));
     auto try_convert = [&](const nlohmann::json& config) -> std::string {
-        fs::path dir = tmp.path / "ckpt";
+        fs::path dir = tmp.path() / "ckpt";
         fs::remove_all(dir);
         fs::create_directories(dir);
         std::ofstream(dir / "config.json") << config.dump();
         fs::create_symlink(fixture_dir("mini_flash") / "model.safetensors", dir / "model.safetensors");
         ConvertOptions o;
         o.hf_dir = dir.string();
-        o.out_path = (tmp.path / "out.gguf").string();
+        o.out_path = (tmp.path() / "out.gguf").string();
         o.quiet = true;
         try {
             convert_hf(o);
@@ -206,9 +170,9 @@ TEST(Conversion, NarrowTypesStillAgreeWithTheReference) {
     // agreement (chance is 1/vocab). Measured on mini_flash: F16 192/192, Q8_0 169/192.
     TempDir tmp;
     for (auto type : {gguf::TensorType::F16, gguf::TensorType::Q8_0}) {
-        Model model(convert("mini_flash", tmp.path, type));
-        auto tokens = read_tokens(fixture_dir("mini_flash") / "tokens.txt");
-        auto ref = read_f32(fixture_dir("mini_flash") / "logits.f32");
+        Model model(convert_fixture("mini_flash", tmp.path(), type));
+        auto tokens = test::fixture_tokens("mini_flash");
+        auto ref = test::fixture_logits("mini_flash");
         auto got = run(model, tokens, int64_t(tokens.size()));
         const int64_t V = model.config().vocab, T = int64_t(tokens.size());
         int same = 0;

@@ -12,46 +12,24 @@
 #include "core/error.h"
 #include "io/convert_hf.h"
 #include "runtime/session.h"
+#include "fixture_util.h"
 
 namespace fs = std::filesystem;
 using namespace dsv4;
 
 namespace {
 
-fs::path fixture_dir(const std::string& name) { return fs::path(DSV4_SOURCE_DIR) / "tests" / "fixtures" / name; }
+using test::fixture_dir;
 
 // One converted model per fixture for the whole test binary.
 const Model& model(const std::string& name) {
     static std::map<std::string, std::unique_ptr<Model>> cache;
     auto& m = cache[name];
     if (!m) {
-        fs::path dir = fs::temp_directory_path() / ("dsv4_session_" + std::to_string(::getpid()));
-        fs::create_directories(dir);
-        ConvertOptions o;
-        o.hf_dir = fixture_dir(name).string();
-        o.out_path = (dir / (name + ".gguf")).string();
-        o.quiet = true;
-        convert_hf(o);
-        m = std::make_unique<Model>(o.out_path);
-        fs::remove_all(dir);  // the mapping stays valid after the unlink
+        test::TempDir dir;  // removed after loading: the mapping stays valid after the unlink
+        m = std::make_unique<Model>(test::convert_fixture(name, dir.path()));
     }
     return *m;
-}
-
-std::vector<int32_t> tokens(const std::string& name) {
-    std::ifstream in(fixture_dir(name) / "tokens.txt");
-    std::vector<int32_t> out;
-    int32_t t;
-    while (in >> t) out.push_back(t);
-    return out;
-}
-
-std::vector<float> reference(const std::string& name) {
-    std::ifstream in(fixture_dir(name) / "logits.f32", std::ios::binary);
-    std::vector<char> b((std::istreambuf_iterator<char>(in)), {});
-    std::vector<float> v(b.size() / 4);
-    std::memcpy(v.data(), b.data(), v.size() * 4);
-    return v;
 }
 
 PrefillOptions options(int64_t band, int frontier) {
@@ -78,8 +56,8 @@ class Banded : public ::testing::TestWithParam<BandCase> {};
 TEST_P(Banded, PrefillThenDecodeEqualsFullForward) {
     const BandCase& bc = GetParam();
     const Model& m = model(bc.fixture);
-    auto toks = tokens(bc.fixture);
-    auto ref = reference(bc.fixture);
+    auto toks = test::fixture_tokens(bc.fixture);
+    auto ref = test::fixture_logits(bc.fixture);
     const int64_t V = m.config().vocab, T = int64_t(toks.size());
     State full_state(m.config());
     std::vector<float> full(static_cast<size_t>(T * V));
@@ -114,7 +92,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Banded,
 
 TEST(Session, MarkAndRewindAreExact) {
     const Model& m = model("long_seq");
-    auto toks = tokens("long_seq");
+    auto toks = test::fixture_tokens("long_seq");
     const int64_t V = m.config().vocab;
     Session s(m, options(64, 1));
     std::vector<float> a(static_cast<size_t>(4 * V)), b(static_cast<size_t>(4 * V)), last(static_cast<size_t>(V));
@@ -131,7 +109,7 @@ TEST(Session, MarkAndRewindAreExact) {
 
 TEST(Session, SnapshotCopyContinuesIdentically) {
     const Model& m = model("mini_flash");
-    auto toks = tokens("mini_flash");
+    auto toks = test::fixture_tokens("mini_flash");
     const int64_t V = m.config().vocab;
     State st(m.config());
     m.forward(toks.data(), 150, st, nullptr, {Logits::None});
@@ -145,7 +123,7 @@ TEST(Session, SnapshotCopyContinuesIdentically) {
 
 TEST(Session, StateBytesGrowAsDocumented) {
     const Model& m = model("long_seq");
-    auto toks = tokens("long_seq");
+    auto toks = test::fixture_tokens("long_seq");
     State st(m.config());
     m.forward(toks.data(), 512, st, nullptr, {Logits::None});
     StateBytes b = st.bytes();
@@ -159,7 +137,7 @@ TEST(Session, StateBytesGrowAsDocumented) {
 
 TEST(Session, AdmissionRefusesBeforeTouchingTheState) {
     const Model& m = model("mini_flash");
-    auto toks = tokens("mini_flash");
+    auto toks = test::fixture_tokens("mini_flash");
     PrefillOptions o = options(2048, 5);
     o.admission.headroom_bytes = uint64_t(4) << 30;
     o.admission.available = [] { return uint64_t(3) << 30; };  // less than the headroom alone

@@ -12,8 +12,8 @@ namespace dsv4 {
 
 MemoryEstimate estimate_prefill(const ModelConfig& c, int64_t new_tokens, int64_t step_tokens, bool all_logits) {
     MemoryEstimate e;
-    e.state_bytes = uint64_t(state_growth(c).all_layers_per_token * double(new_tokens)) +
-                    uint64_t(c.n_layers) * state_growth(c).fixed_per_layer;
+    const StateGrowth g = state_growth(c);
+    e.state_bytes = uint64_t(g.all_layers_per_token * double(new_tokens)) + uint64_t(c.n_layers) * g.fixed_per_layer;
     const uint64_t T = uint64_t(std::max<int64_t>(1, std::min(step_tokens, new_tokens)));
     const uint64_t D = uint64_t(c.hidden), nD = uint64_t(c.hc_mult) * D, Hd = uint64_t(c.n_heads) * uint64_t(c.head_dim);
     // Floats alive per token during one layer (see Model::forward and attention_block): the

@@ -12,16 +12,6 @@ namespace dsv4::cpu {
 
 namespace {
 
-float dotf(const float* a, const float* b, int n) {
-    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; ++k) s[k] += a[i + k] * b[i + k];
-    float tail = 0;
-    for (; i < n; ++i) tail += a[i] * b[i];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + tail;
-}
-
 // Closes the window held in s.buf_*: per-channel softmax over its slots, norm, rope.
 void close_window(CompressorState& s, const CompressorWeights& w, const Rope& rope, float norm_eps) {
     const int W = s.width, cw = s.coff * W, m = s.ratio;
@@ -101,7 +91,7 @@ void attend_one(const float* q, const KeySet& keys, int width, float scale, floa
     std::vector<float> z(n);
     float mx = sink;
     for (size_t j = 0; j < n; ++j) {
-        z[j] = dotf(q, keys.rows[j], width) * scale;
+        z[j] = dot(q, keys.rows[j], width) * scale;
         mx = std::max(mx, z[j]);
     }
     float den = std::exp(sink - mx);
@@ -121,7 +111,7 @@ void attend_heads(const float* q, int H, const KeySet& keys, int width, float sc
     std::fill(out, out + int64_t(H) * width, 0.0f);
     for (const float* k : keys.rows) {
         for (int h = 0; h < H; ++h) {
-            float z = dotf(q + int64_t(h) * width, k, width) * scale;
+            float z = dot(q + int64_t(h) * width, k, width) * scale;
             float* acc = out + int64_t(h) * width;
             if (z > m[size_t(h)]) {
                 float f = std::exp(m[size_t(h)] - z);
@@ -221,7 +211,7 @@ void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, con
                         const float* kr = &st.idx.rows[size_t(r * Id)];
                         float s = 0;
                         for (int h = 0; h < IH; ++h)
-                            s += std::max(0.0f, dotf(qt + h * Id, kr, Id)) * idx_scale * wi[size_t(t * IH + h)];
+                            s += std::max(0.0f, dot(qt + h * Id, kr, Id)) * idx_scale * wi[size_t(t * IH + h)];
                         scores[size_t(r)] = s;
                     }
                     indexer_select(scores.data(), n_vis, c.index_topk, picked);

@@ -13,17 +13,6 @@ namespace dsv4::cpu {
 
 namespace {
 
-float dot(const float* a, const float* b, int64_t n) {
-    // Eight partial sums: vectorisable and closer to the exact sum than one running total.
-    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; ++k) s[k] += a[i + k] * b[i + k];
-    float tail = 0;
-    for (; i < n; ++i) tail += a[i] * b[i];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + tail;
-}
-
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // Unweighted RMS scale of n values (double accumulation).
@@ -34,6 +23,16 @@ float rms_scale(const float* x, int64_t n, float eps) {
 }
 
 }  // namespace
+
+float dot(const float* a, const float* b, int64_t n) {
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; ++k) s[k] += a[i + k] * b[i + k];
+    float tail = 0;
+    for (; i < n; ++i) tail += a[i] * b[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + tail;
+}
 
 void matmul(const float* x, int64_t ldx, int64_t T, const Mat& w, int64_t r0, int64_t r1, float* y, int64_t ldy) {
     const int64_t K = w.cols;
@@ -75,18 +74,30 @@ void embed_streams(const Mat& embed, const int32_t* tokens, int64_t T, int hc, f
     }
 }
 
-void hc_pre(const ModelConfig& c, const Mat& fn, const float* base, const float* scale, const float* X, int64_t T,
-            float* y, float* post, float* comb) {
-    const int n = c.hc_mult;
-    const int64_t D = c.hidden, nD = n * D;
-    const float eps = float(c.hc_eps);
-    std::vector<float> flat(static_cast<size_t>(T * nD)), mix(static_cast<size_t>(T) * size_t(c.mix_dim()));
+namespace {
+
+// fn · (X flattened over its hc streams, then unweighted-RMS normalised as one vector):
+// the mixing logits of a hyper-connection site or of the final head, [T, fn.rows].
+std::vector<float> stream_mix(const ModelConfig& c, const Mat& fn, const float* X, int64_t T) {
+    const int64_t nD = int64_t(c.hc_mult) * c.hidden;
+    std::vector<float> flat(static_cast<size_t>(T * nD)), mix(static_cast<size_t>(T * fn.rows));
     for (int64_t t = 0; t < T; ++t) {
         const float* x = X + t * nD;
         float s = rms_scale(x, nD, float(c.norm_eps));
         for (int64_t i = 0; i < nD; ++i) flat[size_t(t * nD + i)] = x[i] * s;
     }
     matmul(flat.data(), T, fn, mix.data());
+    return mix;
+}
+
+}  // namespace
+
+void hc_pre(const ModelConfig& c, const Mat& fn, const float* base, const float* scale, const float* X, int64_t T,
+            float* y, float* post, float* comb) {
+    const int n = c.hc_mult;
+    const int64_t D = c.hidden, nD = n * D;
+    const float eps = float(c.hc_eps);
+    std::vector<float> mix = stream_mix(c, fn, X, T);
     for (int64_t t = 0; t < T; ++t) {
         const float* m = mix.data() + t * c.mix_dim();
         std::vector<float> pre(static_cast<size_t>(n));
@@ -152,12 +163,7 @@ void hc_post(const ModelConfig& c, float* X, const float* f, const float* post, 
 void hc_head(const ModelConfig& c, const ModelWeights& w, const float* X, int64_t T, float* y) {
     const int n = c.hc_mult;
     const int64_t D = c.hidden, nD = n * D;
-    std::vector<float> flat(static_cast<size_t>(T * nD)), mix(static_cast<size_t>(T * n));
-    for (int64_t t = 0; t < T; ++t) {
-        float s = rms_scale(X + t * nD, nD, float(c.norm_eps));
-        for (int64_t i = 0; i < nD; ++i) flat[size_t(t * nD + i)] = X[t * nD + i] * s;
-    }
-    matmul(flat.data(), T, w.hc_head_fn, mix.data());
+    std::vector<float> mix = stream_mix(c, w.hc_head_fn, X, T);
     for (int64_t t = 0; t < T; ++t) {
         float pre[16];
         for (int j = 0; j < n; ++j)
