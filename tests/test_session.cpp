@@ -19,7 +19,6 @@ using namespace dsv4;
 
 namespace {
 
-using test::fixture_dir;
 
 // One converted model per fixture for the whole test binary.
 const Model& model(const std::string& name) {
