@@ -33,5 +33,15 @@ expect 1 "not a GGUF file" -- "$bin" logits --model "$fx/config.json" --tokens "
 expect 0 "" -- "$bin" logits --model "$tmp/m.gguf" --tokens "5 6 7" --out "$tmp/l.f32" --chunk 2
 size=$(stat -c %s "$tmp/l.f32")
 if [ "$size" != $((3 * 384 * 4)) ]; then echo "FAIL: logits file has $size bytes, want $((3 * 384 * 4))"; failures=$((failures + 1)); fi
+# dsv4 run: text on stdout, one stats line on stderr; bad input is a usage error.
+tokjson=$src/tests/fixtures/byte_tokenizer/tokenizer.json
+expect 0 "with the tokenizer" -- "$bin" convert --hf "$fx" --tokenizer "$tokjson" --out "$tmp/t.gguf"
+expect 0 "prompt 6 tokens, prefill .* tok/s .* generated 7 tokens, decode .* tok/s" -- \
+    "$bin" run --model "$tmp/t.gguf" -p "hello" -n 7 --ignore-eos
+expect 1 "has no tokenizer" -- "$bin" run --model "$tmp/m.gguf" -p "hello"
+expect 2 "needs a prompt" -- "$bin" run --model "$tmp/t.gguf"
+expect 2 "temperature" -- "$bin" run --model "$tmp/t.gguf" -p "x" --temp -1
+expect 2 "DSV4_MODEL=/no/such.gguf" -- env DSV4_MODEL=/no/such.gguf "$bin" run -p "x"
+expect 1 "more than the model's vocabulary" -- "$bin" convert --hf "$src/tests/fixtures/odd_order" --tokenizer "$tokjson" --out "$tmp/x.gguf"
 if [ $failures -ne 0 ]; then echo "$failures CLI contract check(s) failed"; exit 1; fi
 echo "CLI contract: all checks passed"

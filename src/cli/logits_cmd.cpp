@@ -1,3 +1,4 @@
+// dsv4 logits: the logits of every position of a token sequence, as float32 [n_tokens, vocab].
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -5,13 +6,20 @@
 #include <sstream>
 #include <vector>
 
-#include "cli/commands.h"
+#include <memory>
+
+#include "cli/registry.h"
 #include "core/error.h"
 #include "model/model.h"
 
 namespace dsv4::cli {
 
 namespace {
+struct LogitsArgs {
+    std::string model, tokens, tokens_file, out, backend = "cpu";
+    long chunk = 0;
+};
+
 std::vector<int32_t> parse_tokens(const std::string& text, const std::string& where) {
     std::vector<int32_t> out;
     std::istringstream in(text);
@@ -27,8 +35,6 @@ std::vector<int32_t> parse_tokens(const std::string& text, const std::string& wh
     if (out.empty()) throw UsageError(cat(where, ": no token ids"));
     return out;
 }
-}  // namespace
-
 int run_logits(const LogitsArgs& a) {
     if (a.backend == "cuda") fail("--backend cuda: this build has no CUDA backend yet");
     std::vector<int32_t> tokens;
@@ -66,5 +72,21 @@ int run_logits(const LogitsArgs& a) {
     if (std::rename(tmp.c_str(), a.out.c_str()) != 0) fail(a.out, ": cannot rename into place");
     return 0;
 }
+
+CommandRunner setup(CLI::App& app) {
+    auto a = std::make_shared<LogitsArgs>();
+    CLI::App* c = app.add_subcommand("logits", "write the logits of every position as float32 [n_tokens, vocab]");
+    c->add_option("--model", a->model, "GGUF model file")->required();
+    auto* tok = c->add_option("--tokens", a->tokens, "token ids, e.g. \"1 2 3\"");
+    auto* tf = c->add_option("--tokens-file", a->tokens_file, "file of whitespace-separated token ids");
+    tok->excludes(tf);
+    c->add_option("--out", a->out, "output file")->required();
+    c->add_option("--chunk", a->chunk, "prefill in chunks of N tokens (0 = one chunk)")->check(CLI::NonNegativeNumber);
+    c->add_option("--backend", a->backend, "compute backend")->check(CLI::IsMember({"cpu", "cuda"}));
+    return [a] { return run_logits(*a); };
+}
+
+const bool registered = register_command(70, setup);
+}  // namespace
 
 }  // namespace dsv4::cli

@@ -4,13 +4,13 @@
 #include <cstdio>
 #include <string>
 
-#include "cli/commands.h"
+#include "cli/registry.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
     CLI::App app{"dsv4: DeepSeek-V4 inference engine"};
     app.require_subcommand(1);
-    dsv4::cli::Commands commands(app);
+    std::vector<dsv4::cli::Registered> commands = dsv4::cli::setup_commands(app);
     bool known = false;
     for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
         known |= argc > 1 && sub->get_name() == argv[1];
@@ -29,7 +29,9 @@ int main(int argc, char** argv) {
         return 2;
     }
     try {
-        return commands.run();
+        for (const dsv4::cli::Registered& c : commands)
+            if (c.app->parsed()) return c.run();
+        return 2;
     } catch (const dsv4::UsageError& e) {
         std::fprintf(stderr, "dsv4: %s\n", e.what());
         return 2;

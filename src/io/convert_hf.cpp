@@ -17,6 +17,7 @@
 #include "io/names.h"
 #include "io/safetensors.h"
 #include "model/config_gguf.h"
+#include "tokenizer/tokenizer.h"
 
 namespace dsv4 {
 
@@ -24,6 +25,8 @@ namespace n = names;
 using gguf::TensorType;
 
 namespace {
+
+bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 std::string read_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -320,6 +323,17 @@ ConvertReport convert_hf(const ConvertOptions& o) {
     config_to_gguf(c, w);
     w.set(n::kName, gguf::Value::str("dsv4 conversion of " + o.hf_dir));
     w.set(n::kDsv4HfConfig, gguf::Value::str(cfg_text));
+    // The tokenizer travels inside the GGUF (tokenizer.ggml.* keys, padded to the embedding
+    // rows) so that a model file is all `dsv4 run` needs.
+    std::string tok_path = o.tokenizer_json.empty() ? o.hf_dir + "/tokenizer.json" : o.tokenizer_json;
+    if (!o.tokenizer_json.empty() || file_exists(tok_path)) {
+        Tokenizer tok = Tokenizer::from_hf_json(tok_path);
+        if (tok.vocab_size() > size_t(c.vocab))
+            fail(tok_path, ": the tokenizer has ", tok.vocab_size(), " tokens, more than the model's vocabulary of ",
+                 c.vocab);
+        tok.write_gguf(w, size_t(c.vocab));
+        cv.report().tokenizer = tok_path;
+    }
 
     const int64_t D = c.hidden, hcD = int64_t(c.hc_mult) * D, mix = c.mix_dim();
     const int64_t Hd = int64_t(c.n_heads) * c.head_dim;

@@ -12,6 +12,7 @@ struct ConvertOptions {
     gguf::TensorType dtype = gguf::TensorType::F32;  // large matrices
     bool experts_same = true;                         // routed experts in `dtype`...
     gguf::TensorType experts = gguf::TensorType::F32; // ...or in this type
+    std::string tokenizer_json;  // default: hf_dir/tokenizer.json when it exists
     bool quiet = false;
 };
 
@@ -19,6 +20,7 @@ struct ConvertReport {
     size_t tensors = 0;
     size_t skipped = 0;   // tensors in the checkpoint that dsv4 does not convert (mtp.*)
     std::string notes;    // fallbacks taken (e.g. Q8_0 rows that were not whole blocks)
+    std::string tokenizer;  // the tokenizer.json embedded, empty when none was
 };
 
 ConvertReport convert_hf(const ConvertOptions& opt);

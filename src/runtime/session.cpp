@@ -24,24 +24,38 @@ void Session::prefill(const int32_t* tokens, int64_t n, float* last_logits) {
         int64_t k = std::min(step, n - done);
         bool last = done + k == n;
         fo.logits = last ? Logits::Last : Logits::None;
-        model_.forward(tokens + done, k, state_, last ? last_logits : nullptr, fo);
+        if (last) last_logits_.resize(size_t(c.vocab));
+        model_.forward(tokens + done, k, state_, last ? last_logits_.data() : nullptr, fo);
         tokens_.insert(tokens_.end(), tokens + done, tokens + done + k);
         done += k;
         if (opt_.progress) opt_.progress(done, n);
     }
+    if (last_logits) std::copy(last_logits_.begin(), last_logits_.end(), last_logits);
 }
 
 void Session::decode(const int32_t* tokens, int64_t K, float* logits) {
     ForwardOptions fo;
     fo.band = opt_.band;
     fo.logits = Logits::All;
+    const ModelConfig& c = model_.config();
+    if (K <= 0) fail("decode of no tokens");
+    if (c.max_positions > 0 && state_.pos + K > c.max_positions)
+        fail("decoding at position ", state_.pos, " would exceed the context length ", c.max_positions);
     model_.forward(tokens, K, state_, logits, fo);
     tokens_.insert(tokens_.end(), tokens, tokens + K);
+    last_logits_.assign(logits + (K - 1) * c.vocab, logits + K * c.vocab);
 }
 
 void Session::rewind(const SessionMark& m) {
     state_.rewind(m.state);
     tokens_.resize(m.n_tokens);
+    last_logits_.clear();
+}
+
+void Session::reset() {
+    state_ = State(model_.config());
+    tokens_.clear();
+    last_logits_.clear();
 }
 
 }  // namespace dsv4

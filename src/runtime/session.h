@@ -34,20 +34,28 @@ public:
     const PrefillOptions& options() const { return opt_; }
 
     // Appends n tokens in steps of band x frontier_bands tokens (layer-major inside a step,
-    // committed in order); writes the last token's logits [vocab]. Refused up front, with the
-    // state untouched, when memory admission says no.
+    // committed in order); writes the last token's logits [vocab] to last_logits unless it is
+    // null (they are kept in last_logits() either way). Refused up front, with the state
+    // untouched, when memory admission says no or the context would overflow.
     void prefill(const int32_t* tokens, int64_t n, float* last_logits);
     // Appends K tokens in one forward; logits [K, vocab].
     void decode(const int32_t* tokens, int64_t K, float* logits);
 
     SessionMark mark() const { return {state_.mark(), tokens_.size()}; }
+    // Back to a mark of this session; last_logits() is empty until the next prefill/decode.
     void rewind(const SessionMark& m);
+    // Back to no tokens at all.
+    void reset();
+
+    // The logits after the last token consumed ([vocab]); empty after a rewind or reset.
+    const std::vector<float>& last_logits() const { return last_logits_; }
 
 private:
     const Model& model_;
     PrefillOptions opt_;
     State state_;
     std::vector<int32_t> tokens_;
+    std::vector<float> last_logits_;
 };
 
 }  // namespace dsv4

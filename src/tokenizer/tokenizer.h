@@ -89,4 +89,7 @@ private:
     std::shared_ptr<const Impl> impl_;
 };
 
+// Whether a GGUF file carries a tokenizer (the tokenizer.ggml.tokens key).
+bool has_tokenizer(const gguf::Reader& reader);
+
 }  // namespace dsv4

@@ -133,4 +133,6 @@ void Tokenizer::write_gguf(gguf::Writer& w, size_t pad_to) const {
     w.set(k::kAddBos, Value::boolean(s.add_bos));
 }
 
+bool has_tokenizer(const gguf::Reader& r) { return r.find(k::kTokens) != nullptr; }
+
 }  // namespace dsv4
