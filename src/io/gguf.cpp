@@ -148,6 +148,7 @@ const char* type_name(TensorType t) {
         case TensorType::F32: return "F32";
         case TensorType::F16: return "F16";
         case TensorType::Q8_0: return "Q8_0";
+        case TensorType::Q2_K: return "Q2_K";
         case TensorType::I8: return "I8";
         case TensorType::I16: return "I16";
         case TensorType::I32: return "I32";
@@ -161,7 +162,7 @@ const char* type_name(TensorType t) {
 
 bool type_known(uint32_t t) {
     switch (TensorType(t)) {
-        case TensorType::F32: case TensorType::F16: case TensorType::Q8_0: case TensorType::I8:
+        case TensorType::F32: case TensorType::F16: case TensorType::Q8_0: case TensorType::Q2_K: case TensorType::I8:
         case TensorType::I16: case TensorType::I32: case TensorType::I64: case TensorType::F64:
         case TensorType::BF16: case TensorType::MXFP4:
             return true;
@@ -170,6 +171,7 @@ bool type_known(uint32_t t) {
 }
 
 int64_t type_block_elems(TensorType t) {
+    if (t == TensorType::Q2_K) return 256;  // one super-block
     return (t == TensorType::Q8_0 || t == TensorType::MXFP4) ? 32 : 1;
 }
 
@@ -181,6 +183,7 @@ size_t type_block_bytes(TensorType t) {
         case TensorType::I64: case TensorType::F64: return 8;
         case TensorType::Q8_0: return 34;   // f16 scale + 32 int8
         case TensorType::MXFP4: return 17;  // e8m0 scale + 16 bytes of nibbles
+        case TensorType::Q2_K: return 84;   // 16 scale/min bytes + 64 bytes of 2-bit quants + f16 d, dmin
     }
     return 0;
 }

@@ -20,7 +20,7 @@ enum class ValueType : uint32_t {
 
 // ggml type ids of the tensor types dsv4 reads and writes.
 enum class TensorType : uint32_t {
-    F32 = 0, F16 = 1, Q8_0 = 8, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30, MXFP4 = 39,
+    F32 = 0, F16 = 1, Q8_0 = 8, Q2_K = 10, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30, MXFP4 = 39,
 };
 
 const char* type_name(TensorType t);
