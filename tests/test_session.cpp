@@ -165,3 +165,23 @@ TEST(Session, EstimateIsLinearInTokens) {
     EXPECT_NEAR(double(big.state_bytes - b.state_bytes) / double((1 << 20) - 10240),
                 state_growth(c).all_layers_per_token, 0.01);
 }
+
+// The drafters read the target's pre-head streams: a banded prefill's tail of them, and
+// decode's rows, equal the rows of one full forward.
+TEST(Session, HiddenStreamsMatchTheFullForward) {
+    const Model& m = model("long_seq");
+    auto toks = test::fixture_tokens("long_seq");
+    const int64_t nD = int64_t(m.config().hc_mult) * m.config().hidden, n = 200, tail = 70;
+    State st(m.config());
+    ForwardOptions fo{Logits::None};
+    std::vector<float> full(static_cast<size_t>((n + 2) * nD)), got(static_cast<size_t>(tail * nD));
+    fo.hidden = full.data();
+    m.forward(toks.data(), n + 2, st, nullptr, fo);
+
+    Session s(m, options(16, 2));  // steps of 32 tokens: the tail spans three steps
+    s.prefill(toks.data(), n, nullptr, got.data(), tail);
+    EXPECT_EQ(std::vector<float>(full.begin() + (n - tail) * nD, full.begin() + n * nD), got);
+    std::vector<float> logits(static_cast<size_t>(2 * m.config().vocab)), dec(static_cast<size_t>(2 * nD));
+    s.decode(&toks[n], 2, logits.data(), dec.data());
+    for (size_t i = 0; i < dec.size(); ++i) ASSERT_NEAR(dec[i], full[size_t(n * nD) + i], 1e-4f) << i;
+}

@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <algorithm>
+
 #include "backend/cpu/attention.h"
 #include "backend/cpu/ops.h"
 #include "core/error.h"
@@ -37,6 +39,8 @@ void Model::forward(const int32_t* tokens, int64_t T, State& st, float* logits, 
         cpu::hc_post(c, X.data(), f.data(), post.data(), comb.data(), T);
     }
     st.pos += T;
+    if (opt.hidden && opt.hidden_from < T)
+        std::copy(X.begin() + opt.hidden_from * nD, X.end(), opt.hidden);
     if (!logits || opt.logits == Logits::None) return;
     const int64_t first = opt.logits == Logits::Last ? T - 1 : 0, rows = T - first;
     cpu::hc_head(c, w_, X.data() + first * nD, rows, y.data());

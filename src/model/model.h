@@ -21,6 +21,10 @@ enum class Logits { None, Last, All };
 struct ForwardOptions {
     Logits logits = Logits::All;
     int64_t band = 2048;  // queries processed together inside the attention (bounds its scratch)
+    // When set, receives the pre-head residual streams [T - hidden_from, hc_mult * hidden] of
+    // rows hidden_from..T-1 (what the MTP and DSpark drafters read).
+    float* hidden = nullptr;
+    int64_t hidden_from = 0;
 };
 
 class Model {

@@ -11,7 +11,7 @@ Session::Session(const Model& model, PrefillOptions options)
     if (opt_.band <= 0 || opt_.frontier_bands <= 0) throw UsageError("band and frontier must be positive");
 }
 
-void Session::prefill(const int32_t* tokens, int64_t n, float* last_logits) {
+void Session::prefill(const int32_t* tokens, int64_t n, float* last_logits, float* hidden, int64_t hidden_rows) {
     if (n <= 0) fail("prefill of no tokens");
     const ModelConfig& c = model_.config();
     if (c.max_positions > 0 && state_.pos + n > c.max_positions)
@@ -20,9 +20,14 @@ void Session::prefill(const int32_t* tokens, int64_t n, float* last_logits) {
     admit(estimate_prefill(c, n, step, false), opt_.admission, cat("prefill of ", n, " tokens"));
     ForwardOptions fo;
     fo.band = opt_.band;
+    const int64_t nD = int64_t(c.hc_mult) * c.hidden;
+    const int64_t tail = hidden ? n - std::min(n, std::max<int64_t>(hidden_rows, 0)) : n;  // first row kept
     for (int64_t done = 0; done < n;) {
         int64_t k = std::min(step, n - done);
         bool last = done + k == n;
+        const int64_t from = std::max(tail, done);  // rows of this step that are in the tail
+        fo.hidden = from < done + k ? hidden + (from - tail) * nD : nullptr;
+        fo.hidden_from = from - done;
         fo.logits = last ? Logits::Last : Logits::None;
         if (last) last_logits_.resize(size_t(c.vocab));
         model_.forward(tokens + done, k, state_, last ? last_logits_.data() : nullptr, fo);
@@ -33,10 +38,11 @@ void Session::prefill(const int32_t* tokens, int64_t n, float* last_logits) {
     if (last_logits) std::copy(last_logits_.begin(), last_logits_.end(), last_logits);
 }
 
-void Session::decode(const int32_t* tokens, int64_t K, float* logits) {
+void Session::decode(const int32_t* tokens, int64_t K, float* logits, float* hidden) {
     ForwardOptions fo;
     fo.band = opt_.band;
     fo.logits = Logits::All;
+    fo.hidden = hidden;
     const ModelConfig& c = model_.config();
     if (K <= 0) fail("decode of no tokens");
     if (c.max_positions > 0 && state_.pos + K > c.max_positions)

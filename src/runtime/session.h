@@ -36,10 +36,13 @@ public:
     // Appends n tokens in steps of band x frontier_bands tokens (layer-major inside a step,
     // committed in order); writes the last token's logits [vocab] to last_logits unless it is
     // null (they are kept in last_logits() either way). Refused up front, with the state
-    // untouched, when memory admission says no or the context would overflow.
-    void prefill(const int32_t* tokens, int64_t n, float* last_logits);
-    // Appends K tokens in one forward; logits [K, vocab].
-    void decode(const int32_t* tokens, int64_t K, float* logits);
+    // untouched, when memory admission says no or the context would overflow. When hidden is
+    // given it receives the pre-head streams [min(n, hidden_rows), hc_mult * hidden] of the
+    // last hidden_rows tokens (a drafter's window).
+    void prefill(const int32_t* tokens, int64_t n, float* last_logits, float* hidden = nullptr,
+                 int64_t hidden_rows = 0);
+    // Appends K tokens in one forward; logits [K, vocab]; hidden (optional) [K, hc_mult * hidden].
+    void decode(const int32_t* tokens, int64_t K, float* logits, float* hidden = nullptr);
 
     SessionMark mark() const { return {state_.mark(), tokens_.size()}; }
     // Back to a mark of this session; last_logits() is empty until the next prefill/decode.
