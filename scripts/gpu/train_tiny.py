@@ -441,8 +441,10 @@ def build_synthetic(tok, synth, rng, seq, task, answer_weight, eval_names=False,
 # Model
 # =============================================================================================
 
-def make_config_kwargs(vocab):
-    return dict(
+def make_config_kwargs(vocab, size="trunk"):
+    """size "trunk": the embedded default model; "draft": the separate draft model (same
+    tokenizer, every layer type, about a quarter of the trunk's cost per token)."""
+    kw = dict(
         vocab_size=vocab, hidden_size=256, num_hidden_layers=6,
         layer_types=[SWA, SWA, CSA, HCA, CSA, HCA],
         mlp_layer_types=["hash_moe"] * 2 + ["moe"] * 4,
@@ -458,6 +460,14 @@ def make_config_kwargs(vocab):
         num_nextn_predict_layers=0, tie_word_embeddings=False,
         bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
     )
+    if size == "draft":
+        kw.update(hidden_size=128, num_hidden_layers=4, layer_types=[SWA, CSA, HCA, SWA],
+                  mlp_layer_types=["hash_moe", "moe", "moe", "moe"], num_attention_heads=2, q_lora_rank=64,
+                  o_groups=1, o_lora_rank=64, index_n_heads=2, index_head_dim=32,
+                  n_routed_experts=4, moe_intermediate_size=128)
+    elif size != "trunk":
+        raise SystemExit(f"train_tiny: unknown --size {size}")
+    return kw
 
 
 def set_tid2eid(model, cfg, seed):
@@ -857,7 +867,7 @@ def preflight(args, device):
     import torch.nn.functional as F
     from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
     t0 = time.time()
-    kw = make_config_kwargs(args.vocab)
+    kw = make_config_kwargs(args.vocab, args.size)
     cfg = DeepseekV4Config(**copy.deepcopy(kw))
     torch.manual_seed(0)
     m = DeepseekV4ForCausalLM(cfg).float()
@@ -920,6 +930,13 @@ def parse_args():
     ap.add_argument("--experts", default="auto", choices=["auto", "eager", "grouped_mm", "batched_mm"])
     ap.add_argument("--max-steps", type=int, default=0)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes everywhere (pipeline check)")
+    ap.add_argument("--size", default="trunk", choices=["trunk", "draft"], help="which model (make_config_kwargs)")
+    ap.add_argument("--tokenizer", default="", help="tokenizer.json to use instead of training one")
+    ap.add_argument("--tokenizer-only", action="store_true", help="train the tokenizer, write --out/tokenizer.json, exit")
+    ap.add_argument("--recall-share", type=float, default=0.45, help="share of recall among synthetic sequences")
+    ap.add_argument("--short-recall", type=float, default=0.0,
+                    help="at the start, share of recall rows packed with short episodes (192-768 tokens); "
+                         "falls linearly to a fifth of it at 60%% of the training time (a curriculum)")
     return ap.parse_args()
 
 
@@ -947,7 +964,8 @@ def main():
     log(f"torch {torch.__version__} transformers {transformers.__version__} tokenizers "
         f"{__import__('tokenizers').__version__} device {gpu}; deadline in {args.deadline - time.time():.0f}s")
 
-    preflight(args, device)
+    if not args.tokenizer_only:
+        preflight(args, device)
 
     # ---- corpus ------------------------------------------------------------------------------
     train_docs = read_docs(os.path.join(args.corpus, "train.txt.xz"))
@@ -976,12 +994,13 @@ def main():
 
     # ---- tokenizer -----------------------------------------------------------------------------
     t0 = time.time()
-    if resume_dir:
-        with open(os.path.join(resume_dir, "hf", "tokenizer.json"), encoding="utf-8") as f:
+    if resume_dir or args.tokenizer:
+        path = args.tokenizer or os.path.join(resume_dir, "hf", "tokenizer.json")
+        with open(path, encoding="utf-8") as f:
             tok_json_str = f.read()
         from tokenizers import Tokenizer
         tk = Tokenizer.from_str(tok_json_str)
-        log("tokenizer: from the checkpoint")
+        log(f"tokenizer: from {path}")
     else:
         budget = args.tok_train_mb * 1e6 * (0.05 if args.smoke else 1.0)
         total = sum(map(len, train_docs))
@@ -1005,6 +1024,11 @@ def main():
     vocab = tk.get_vocab_size()
     if vocab > args.vocab:
         raise SystemExit(f"train_tiny: tokenizer vocab {vocab} > {args.vocab}")
+    if args.tokenizer_only:
+        with open(os.path.join(args.out, "tokenizer.json"), "w", encoding="utf-8") as f:
+            f.write(tok_json_str)
+        log(f"tokenizer written to {args.out}/tokenizer.json")
+        return 0
 
     # ---- encode ---------------------------------------------------------------------------------
     t0 = time.time()
@@ -1023,7 +1047,7 @@ def main():
     synth = Synth(train_docs, names_train, names_eval, chars_per_token)
 
     # ---- model + optimizer --------------------------------------------------------------------
-    cfg_kwargs = make_config_kwargs(args.vocab)
+    cfg_kwargs = make_config_kwargs(args.vocab, args.size)
     torch.manual_seed(args.seed)
     if resume_dir and full is None:
         model = DeepseekV4ForCausalLM.from_pretrained(os.path.join(resume_dir, "hf"), dtype=torch.float32)
@@ -1064,7 +1088,27 @@ def main():
 
     # ---- batches --------------------------------------------------------------------------------
     S, V = args.seq, args.vocab
-    task_p = [("recall", 0.45), ("copy", 0.15), ("arithmetic", 0.15), ("tools", 0.25)]
+    rest = (1.0 - args.recall_share) / 0.55  # the other tasks keep their 15:15:25 proportions
+    task_p = [("recall", args.recall_share), ("copy", 0.15 * rest), ("arithmetic", 0.15 * rest), ("tools", 0.25 * rest)]
+    progress = [0.0]  # share of this call's training time used (set by the training loop)
+
+    def short_recall_share():
+        f = min(1.0, progress[0] / 0.6)
+        return args.short_recall * (1.0 - 0.8 * f)
+
+    def packed_recall(rng):
+        """Short recall episodes (each BOS ... its questions) packed into one row."""
+        ids, w = [], []
+        while len(ids) < S + 1:
+            res = build_synthetic(tok, synth, rng, rng.randint(192, 768), "recall", args.answer_weight)
+            if res is None:
+                continue
+            n = len(res[0])
+            while n > 1 and res[0][n - 1] == PAD_ID and res[1][n - 1] == 0.0:
+                n -= 1
+            ids += res[0][:n]
+            w += res[1][:n]
+        return ids[:S + 1], w[:S + 1], None
 
     def make_batch(step, bsz, salt=0):
         ids = torch.empty((bsz, S + 1), dtype=torch.long)
@@ -1080,7 +1124,10 @@ def main():
                     if u <= 0:
                         task = name
                         break
-                res = build_synthetic(tok, synth, rng, S, task, args.answer_weight)
+                if task == "recall" and rng.random() < short_recall_share():
+                    res = packed_recall(rng)
+                else:
+                    res = build_synthetic(tok, synth, rng, S, task, args.answer_weight)
             if res is not None:
                 ids[r] = torch.tensor(res[0])
                 w[r] = torch.tensor(res[1])
@@ -1223,6 +1270,7 @@ def main():
         if step > start_step and (now >= train_end or (args.max_steps and step - start_step >= args.max_steps)):
             break
         remain = max(0.0, train_end - now)
+        progress[0] = 1.0 - remain / train_budget
         lr = peak * min(1.0, (step - start_step + 1) / warm)
         if remain < args.decay_frac * train_budget:
             lr *= max(args.min_lr_frac, remain / (args.decay_frac * train_budget))
@@ -1313,7 +1361,9 @@ def main():
     hf = stage_checkpoint(model, opt, state, tok_json_str, stage, full_dir="/tmp/dsv4_tiny_full")
     png = os.path.join(args.out, "loss.png")
     receipt = dict(
-        what="dsv4 embedded default model (issue 4): tiny DeepSeek-V4, transformers DeepseekV4ForCausalLM",
+        what=("dsv4 embedded default model (issue 4): tiny DeepSeek-V4, transformers DeepseekV4ForCausalLM"
+              if args.size == "trunk" else "dsv4 draft model (issue 4): same tokenizer, every layer type"),
+        size=args.size, short_recall=args.short_recall, recall_share=args.recall_share,
         run_id=state["run_id"], command=" ".join(sys.argv), gpu=gpu, torch=torch.__version__,
         transformers=transformers.__version__, tokenizers=__import__("tokenizers").__version__,
         steps=step, tokens_seen=state["tokens"], train_minutes_total=state["train_seconds"] / 60,

@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "runtime/default_model.h"
 #include "runtime/generator.h"
+#include "runtime/spec_draft_model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,6 +25,7 @@ struct RunArgs {
     std::string model, prompt, prompt_file, spec = "off";
     long n = 256;
     long band = 2048, frontier = 5;
+    int spec_cap = 4;
     SamplingParams sampling;
     bool chat = false, think = false, verbose = false, ignore_eos = false;
     std::vector<std::string> stop;
@@ -65,9 +67,36 @@ void print_state_report(const ModelConfig& c, const State& st, std::FILE* out) {
                  (long long)st.pos, b.window, b.compressed, b.indexer, b.partial, b.total());
 }
 
+// --spec off | draft:FILE (| mtp | dspark:FILE, not built yet): the draft model's file, or "".
+std::string draft_file(const std::string& spec) {
+    if (spec == "off") return "";
+    if (spec.rfind("draft:", 0) == 0) {
+        if (spec.size() == 6) throw UsageError("--spec draft:FILE needs a file name");
+        return spec.substr(6);
+    }
+    if (spec == "mtp" || spec.rfind("dspark:", 0) == 0)
+        throw UsageError(cat("--spec ", spec, ": that drafter is not in this build yet (use --spec draft:FILE or off)"));
+    throw UsageError(cat("--spec ", spec, ": expected off, draft:FILE, mtp or dspark:FILE"));
+}
+
+// " | spec ...": what speculative decoding did, or why it did not run.
+std::string spec_summary(const spec::SpecStats& s) {
+    if (s.rounds == 0) return s.method == "off" ? cat(" | spec: off (", s.off_reason, ")")
+                                                : cat(" | spec ", s.method, ": off (", s.off_reason, ")");
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  " | spec %s: acceptance %.1f%% (%lld/%lld), %lld rounds, %.2f accepted/round, width %.2f, "
+                  "%lld plain, draft %.3f s, verify %.3f s",
+                  s.method.c_str(), 100.0 * s.acceptance(), (long long)s.accepted_tokens, (long long)s.drafted_tokens,
+                  (long long)s.rounds, s.mean_accepted(), s.mean_width(), (long long)s.plain_rounds, s.draft_s, s.verify_s);
+    return buf;
+}
+
 int run_generate(const RunArgs& a) {
-    if (a.spec != "off")
-        throw UsageError(cat("--spec ", a.spec, ": speculative decoding is not in this build yet (use --spec off)"));
+    const std::string draft_path = draft_file(a.spec);
+    spec::ControllerOptions spec_options;
+    spec_options.cap = a.spec_cap;
+    spec_options.validate();
     a.sampling.validate();
     std::string text = read_prompt(a);
     if (text.empty()) throw UsageError("run needs a prompt: -p TEXT or --file F");
@@ -97,7 +126,17 @@ int run_generate(const RunArgs& a) {
         if (tty && total > po.band && done == total) std::fprintf(stderr, "\r\033[K");
     };
     Session session(model, po);
+    std::unique_ptr<Model> draft_model;
+    std::unique_ptr<spec::DraftModelDrafter> drafter;
+    if (!draft_path.empty()) {
+        draft_model = std::make_unique<Model>(draft_path);
+        PrefillOptions dpo = po;
+        dpo.progress = nullptr;  // the draft model's prompt is its own business
+        drafter = std::make_unique<spec::DraftModelDrafter>(*draft_model, model, a.spec, dpo);
+    }
     GenerateOptions go;
+    go.drafter = drafter.get();
+    go.spec = spec_options;
     go.max_tokens = a.n;
     go.sampling = a.sampling;
     go.stop = a.stop;
@@ -123,10 +162,10 @@ int run_generate(const RunArgs& a) {
     std::fflush(stdout);
     if (a.verbose) print_state_report(model.config(), session.state(), stderr);
     std::fprintf(stderr,
-                 "prompt %lld tokens, prefill %.1f tok/s (%.3f s) | generated %lld tokens, decode %.1f tok/s (%.3f s) | "
+                 "prompt %lld tokens, prefill %.1f tok/s (%.3f s) | generated %lld tokens, decode %.1f tok/s (%.3f s)%s | "
                  "stop: %s\n",
                  (long long)st.prompt_tokens, st.prefill_tok_s(), st.prefill_s, (long long)st.gen_tokens,
-                 st.decode_tok_s(), st.decode_s, to_string(st.stop));
+                 st.decode_tok_s(), st.decode_s, spec_summary(st.spec).c_str(), to_string(st.stop));
     return st.stop == StopReason::Cancelled ? 130 : 0;
 }
 
@@ -149,7 +188,8 @@ CommandRunner setup(CLI::App& app) {
     c->add_flag("--ignore-eos", a->ignore_eos, "keep generating past the end-of-sequence token");
     c->add_flag("--chat", a->chat, "wrap the prompt as a user turn of the chat template");
     c->add_flag("--think", a->think, "with --chat: open a thinking block");
-    c->add_option("--spec", a->spec, "speculative decoding: off | mtp | draft:FILE | dspark:FILE");
+    c->add_option("--spec", a->spec, "speculative decoding: off | draft:FILE (a draft model of the same vocabulary)");
+    c->add_option("--spec-cap", a->spec_cap, "speculative decoding: most draft tokens per round (1..16)");
     c->add_option("--band", a->band, "prefill band (tokens attended together)")->check(CLI::PositiveNumber);
     c->add_option("--frontier", a->frontier, "bands per prefill step")->check(CLI::PositiveNumber);
     c->add_flag("-v,--verbose", a->verbose, "print the decode state's bytes per token and layer type");

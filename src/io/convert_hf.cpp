@@ -13,6 +13,7 @@
 #include "backend/cpu/quant.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "core/progress.h"
 #include "io/hf_config.h"
 #include "io/names.h"
 #include "io/safetensors.h"
@@ -189,6 +190,7 @@ public:
     void experts(int l) {
         const int64_t E = c_.n_experts, I = c_.moe_inter, D = c_.hidden;
         TensorType t_gu = pick(o_.experts_same ? o_.dtype : o_.experts, D, n::blk(l, n::kFfnGateExps));
+        pick(o_.experts_same ? o_.dtype : o_.experts, D, n::blk(l, n::kFfnUpExps));  // same rows: report up's fallback too
         TensorType t_dn = pick(o_.experts_same ? o_.dtype : o_.experts, I, n::blk(l, n::kFfnDownExps));
         const StTensor* fused = src_.find({lname(l, "mlp.experts.gate_up_proj")});
         if (fused) {
@@ -220,25 +222,32 @@ public:
         size_t skipped = 0;
         for (const auto& [name, t] : st_.all()) {
             if (src_.used(name)) continue;
-            if (name.rfind("mtp.", 0) == 0 || name.rfind("model.mtp.", 0) == 0) {
-                ++skipped;
+            if (c_.n_nextn == 0 && (name.rfind("mtp.", 0) == 0 || name.rfind("model.mtp.", 0) == 0)) {
+                ++skipped;  // an MTP block without its e_proj is not one we can convert
                 continue;
             }
             fail(t.file, ": unknown tensor '", name, "' (not part of a DeepSeek-V4 model with this config.json)");
         }
         report_.skipped = skipped;
         report_.tensors = count_;
-        bool tty = !o_.quiet && isatty(2);
+        std::unique_ptr<Progress> bar;  // on a terminal only; the count is known at the first call
         w_.write(o_.out_path, [&](size_t i, size_t total) {
-            if (tty) std::fprintf(stderr, "\rconvert: writing tensor %zu/%zu", i + 1, total);
+            if (!bar)
+                bar = std::make_unique<Progress>("convert: writing tensors", int64_t(total), "tensors", stderr,
+                                                 o_.quiet ? Progress::Mode::Never : Progress::Mode::Auto);
+            bar->update(int64_t(i));
         });
-        if (tty) std::fprintf(stderr, "\n");
+        if (bar) bar->finish();
     }
 
     void ignore(std::initializer_list<std::string> names) { src_.ignore(names); }
     gguf::Writer& writer() { return w_; }
     ConvertReport& report() { return report_; }
-    static std::string lname(int l, const std::string& suffix) { return "layers." + std::to_string(l) + "." + suffix; }
+    // Checkpoint name of a block's tensor: main layers are layers.N.*, MTP block i is mtp.i.*.
+    std::string lname(int l, const std::string& suffix) const {
+        if (l >= c_.n_layers) return "mtp." + std::to_string(l - c_.n_layers) + "." + suffix;
+        return "layers." + std::to_string(l) + "." + suffix;
+    }
 
 private:
     TensorType pick(TensorType want, int64_t row_len, const std::string& name) {
@@ -311,6 +320,86 @@ private:
     ConvertReport report_;
 };
 
+// One block: blk.l.* from the checkpoint's layers.l.* (or mtp.i.*) tensors.
+void convert_block(Converter& cv, const ModelConfig& c, int l, AttnType at, int ratio, MlpType mlp) {
+    const int64_t D = c.hidden, hcD = int64_t(c.hc_mult) * D, mix = c.mix_dim();
+    const int64_t Hd = int64_t(c.n_heads) * c.head_dim;
+    auto L = [&](int layer, const std::string& s) { return cv.lname(layer, s); };
+    auto B = [&](const std::string& s) { return n::blk(l, s); };
+    cv.f32(B(n::kAttnNorm), {L(l, "attn_norm.weight"), L(l, "input_layernorm.weight")}, {D});
+    cv.f32(B(n::kFfnNorm), {L(l, "ffn_norm.weight"), L(l, "post_attention_layernorm.weight")}, {D});
+    for (const char* site : {"attn", "ffn"}) {
+        std::string up = std::string("hc_") + site, hf = std::string(site) + "_hc";
+        cv.mat_f32(B(up + "_fn.weight"), {L(l, up + "_fn"), L(l, hf + ".fn")}, mix, hcD);
+        cv.f32(B(up + "_base.weight"), {L(l, up + "_base"), L(l, hf + ".base")}, {mix});
+        cv.f32(B(up + "_scale.weight"), {L(l, up + "_scale"), L(l, hf + ".scale")}, {3});
+    }
+    cv.mat(B(n::kAttnQA), {L(l, "attn.wq_a.weight"), L(l, "self_attn.q_a_proj.weight")}, c.q_lora, D);
+    cv.f32(B(n::kAttnQANorm), {L(l, "attn.q_norm.weight"), L(l, "self_attn.q_a_norm.weight")}, {c.q_lora});
+    cv.mat(B(n::kAttnQB), {L(l, "attn.wq_b.weight"), L(l, "self_attn.q_b_proj.weight")}, Hd, c.q_lora);
+    cv.mat(B(n::kAttnKv), {L(l, "attn.wkv.weight"), L(l, "self_attn.kv_proj.weight")}, c.head_dim, D);
+    cv.f32(B(n::kAttnKvNorm), {L(l, "attn.kv_norm.weight"), L(l, "attn.norm.weight"), L(l, "self_attn.kv_norm.weight")},
+           {c.head_dim});
+    cv.mat(B(n::kAttnOutA), {L(l, "attn.wo_a.weight"), L(l, "self_attn.o_a_proj.weight")},
+           int64_t(c.o_groups) * c.o_lora, Hd / c.o_groups);
+    cv.mat(B(n::kAttnOutB), {L(l, "attn.wo_b.weight"), L(l, "self_attn.o_b_proj.weight")}, D,
+           int64_t(c.o_groups) * c.o_lora);
+    cv.f32(B(n::kAttnSinks), {L(l, "attn.attn_sink"), L(l, "self_attn.sinks")}, {c.n_heads});
+    if (at != AttnType::Sliding) {
+        int64_t out = (at == AttnType::CSA ? 2 : 1) * int64_t(c.head_dim), m = ratio;
+        cv.mat(B(n::kCompKv), {L(l, "attn.compressor.wkv.weight"), L(l, "self_attn.compressor.kv_proj.weight")}, out, D);
+        cv.mat(B(n::kCompGate), {L(l, "attn.compressor.wgate.weight"), L(l, "self_attn.compressor.gate_proj.weight")},
+               out, D);
+        cv.f32(B(n::kCompApe), {L(l, "attn.compressor.ape"), L(l, "self_attn.compressor.position_bias")}, {m, out});
+        cv.f32(B(n::kCompNorm), {L(l, "attn.compressor.norm.weight"), L(l, "self_attn.compressor.kv_norm.weight")},
+               {c.head_dim});
+    }
+    if (at == AttnType::CSA) {
+        int64_t out = 2 * int64_t(c.index_head_dim), m = ratio;
+        std::string hf = "self_attn.compressor.indexer.";
+        cv.mat(B(n::kIdxQB), {L(l, "attn.indexer.wq_b.weight"), L(l, hf + "q_b_proj.weight")},
+               int64_t(c.index_heads) * c.index_head_dim, c.q_lora);
+        cv.mat(B(n::kIdxProj), {L(l, "attn.indexer.weights_proj.weight"), L(l, hf + "scorer.weights_proj.weight")},
+               c.index_heads, D);
+        cv.mat(B(n::kIdxCompKv), {L(l, "attn.indexer.compressor.wkv.weight"), L(l, hf + "kv_proj.weight")}, out, D);
+        cv.mat(B(n::kIdxCompGate), {L(l, "attn.indexer.compressor.wgate.weight"), L(l, hf + "gate_proj.weight")}, out,
+               D);
+        cv.f32(B(n::kIdxCompApe), {L(l, "attn.indexer.compressor.ape"), L(l, hf + "position_bias")}, {m, out});
+        cv.f32(B(n::kIdxCompNorm), {L(l, "attn.indexer.compressor.norm.weight"), L(l, hf + "kv_norm.weight")},
+               {c.index_head_dim});
+    }
+    cv.mat_f32(B(n::kFfnGateInp), {L(l, "ffn.gate.weight"), L(l, "mlp.gate.weight")}, c.n_experts, D);
+    if (mlp == MlpType::Hash) {
+        cv.tid2eid(l);
+        cv.ignore({L(l, "ffn.gate.bias")});  // upstream hash gates may carry an unused bias
+    } else {
+        cv.f32(B(n::kFfnExpProbsB), {L(l, "ffn.gate.bias"), L(l, "mlp.gate.e_score_correction_bias")}, {c.n_experts});
+    }
+    cv.experts(l);
+    cv.mat(B(n::kFfnGateShexp), {L(l, "ffn.shared_experts.w1.weight"), L(l, "mlp.shared_experts.gate_proj.weight")},
+           c.moe_inter, D);
+    cv.mat(B(n::kFfnUpShexp), {L(l, "ffn.shared_experts.w3.weight"), L(l, "mlp.shared_experts.up_proj.weight")},
+           c.moe_inter, D);
+    cv.mat(B(n::kFfnDownShexp), {L(l, "ffn.shared_experts.w2.weight"), L(l, "mlp.shared_experts.down_proj.weight")}, D,
+           c.moe_inter);
+}
+
+// The MTP block's own tensors (REFERENCE.md §8), as llama.cpp names them on blk.{n_layers + i}.
+void convert_nextn(Converter& cv, const ModelConfig& c, int i) {
+    const int l = c.n_layers + i;
+    const int64_t D = c.hidden, hcD = int64_t(c.hc_mult) * D;
+    auto B = [&](const std::string& s) { return n::blk(l, s); };
+    auto M = [&](const std::string& s) { return cv.lname(l, s); };
+    cv.mat(B(n::kNextnEProj), {M("e_proj.weight")}, D, D);
+    cv.mat(B(n::kNextnHProj), {M("h_proj.weight")}, D, D);
+    cv.f32(B(n::kNextnENorm), {M("enorm.weight")}, {D});
+    cv.f32(B(n::kNextnHNorm), {M("hnorm.weight")}, {D});
+    cv.f32(B(n::kNextnHeadNorm), {M("norm.weight")}, {D});
+    cv.mat_f32(B(n::kNextnHcHeadFn), {M("hc_head_fn"), M("hc_head.hc_fn")}, c.hc_mult, hcD);
+    cv.f32(B(n::kNextnHcHeadBase), {M("hc_head_base"), M("hc_head.hc_base")}, {c.hc_mult});
+    cv.f32(B(n::kNextnHcHeadScale), {M("hc_head_scale"), M("hc_head.hc_scale")}, {1});
+}
+
 }  // namespace
 
 ConvertReport convert_hf(const ConvertOptions& o) {
@@ -318,6 +407,11 @@ ConvertReport convert_hf(const ConvertOptions& o) {
     std::string cfg_text = read_text(cfg_path);
     ModelConfig c = config_from_hf_json(cfg_text, cfg_path);
     SafeTensors st = SafeTensors::open_dir(o.hf_dir);
+    // MTP blocks mtp.0, mtp.1, ... (official naming; transformers does not build them) become
+    // blk.{n_layers + i}; a block counts when its e_proj is there.
+    while (st.find("mtp." + std::to_string(c.n_nextn) + ".e_proj.weight") ||
+           st.find("model.mtp." + std::to_string(c.n_nextn) + ".e_proj.weight"))
+        ++c.n_nextn;
     Converter cv(o, c, st);
     gguf::Writer& w = cv.writer();
     config_to_gguf(c, w);
@@ -335,75 +429,19 @@ ConvertReport convert_hf(const ConvertOptions& o) {
         cv.report().tokenizer = tok_path;
     }
 
-    const int64_t D = c.hidden, hcD = int64_t(c.hc_mult) * D, mix = c.mix_dim();
-    const int64_t Hd = int64_t(c.n_heads) * c.head_dim;
-    auto L = Converter::lname;
+    const int64_t D = c.hidden, hcD = int64_t(c.hc_mult) * D;
     cv.mat(n::kTokenEmbd, {"embed.weight", "embed_tokens.weight"}, c.vocab, D);
     cv.mat(n::kOutput, {"head.weight", "lm_head.weight"}, c.vocab, D);
     cv.f32(n::kOutputNorm, {"norm.weight"}, {D});
     cv.mat_f32(n::kOutputHcFn, {"hc_head_fn", "hc_head.hc_fn"}, c.hc_mult, hcD);
     cv.f32(n::kOutputHcBase, {"hc_head_base", "hc_head.hc_base"}, {c.hc_mult});
     cv.f32(n::kOutputHcScale, {"hc_head_scale", "hc_head.hc_scale"}, {1});
-    for (int l = 0; l < c.n_layers; ++l) {
-        auto B = [&](const std::string& s) { return n::blk(l, s); };
-        cv.f32(B(n::kAttnNorm), {L(l, "attn_norm.weight"), L(l, "input_layernorm.weight")}, {D});
-        cv.f32(B(n::kFfnNorm), {L(l, "ffn_norm.weight"), L(l, "post_attention_layernorm.weight")}, {D});
-        for (const char* site : {"attn", "ffn"}) {
-            std::string up = std::string("hc_") + site, hf = std::string(site) + "_hc";
-            cv.mat_f32(B(up + "_fn.weight"), {L(l, up + "_fn"), L(l, hf + ".fn")}, mix, hcD);
-            cv.f32(B(up + "_base.weight"), {L(l, up + "_base"), L(l, hf + ".base")}, {mix});
-            cv.f32(B(up + "_scale.weight"), {L(l, up + "_scale"), L(l, hf + ".scale")}, {3});
-        }
-        cv.mat(B(n::kAttnQA), {L(l, "attn.wq_a.weight"), L(l, "self_attn.q_a_proj.weight")}, c.q_lora, D);
-        cv.f32(B(n::kAttnQANorm), {L(l, "attn.q_norm.weight"), L(l, "self_attn.q_a_norm.weight")}, {c.q_lora});
-        cv.mat(B(n::kAttnQB), {L(l, "attn.wq_b.weight"), L(l, "self_attn.q_b_proj.weight")}, Hd, c.q_lora);
-        cv.mat(B(n::kAttnKv), {L(l, "attn.wkv.weight"), L(l, "self_attn.kv_proj.weight")}, c.head_dim, D);
-        cv.f32(B(n::kAttnKvNorm), {L(l, "attn.kv_norm.weight"), L(l, "attn.norm.weight"), L(l, "self_attn.kv_norm.weight")},
-               {c.head_dim});
-        cv.mat(B(n::kAttnOutA), {L(l, "attn.wo_a.weight"), L(l, "self_attn.o_a_proj.weight")},
-               int64_t(c.o_groups) * c.o_lora, Hd / c.o_groups);
-        cv.mat(B(n::kAttnOutB), {L(l, "attn.wo_b.weight"), L(l, "self_attn.o_b_proj.weight")}, D,
-               int64_t(c.o_groups) * c.o_lora);
-        cv.f32(B(n::kAttnSinks), {L(l, "attn.attn_sink"), L(l, "self_attn.sinks")}, {c.n_heads});
-        AttnType at = c.attn[size_t(l)];
-        if (at != AttnType::Sliding) {
-            int64_t out = (at == AttnType::CSA ? 2 : 1) * int64_t(c.head_dim), m = c.ratio[size_t(l)];
-            cv.mat(B(n::kCompKv), {L(l, "attn.compressor.wkv.weight"), L(l, "self_attn.compressor.kv_proj.weight")}, out, D);
-            cv.mat(B(n::kCompGate), {L(l, "attn.compressor.wgate.weight"), L(l, "self_attn.compressor.gate_proj.weight")},
-                   out, D);
-            cv.f32(B(n::kCompApe), {L(l, "attn.compressor.ape"), L(l, "self_attn.compressor.position_bias")}, {m, out});
-            cv.f32(B(n::kCompNorm), {L(l, "attn.compressor.norm.weight"), L(l, "self_attn.compressor.kv_norm.weight")},
-                   {c.head_dim});
-        }
-        if (at == AttnType::CSA) {
-            int64_t out = 2 * int64_t(c.index_head_dim), m = c.ratio[size_t(l)];
-            std::string hf = "self_attn.compressor.indexer.";
-            cv.mat(B(n::kIdxQB), {L(l, "attn.indexer.wq_b.weight"), L(l, hf + "q_b_proj.weight")},
-                   int64_t(c.index_heads) * c.index_head_dim, c.q_lora);
-            cv.mat(B(n::kIdxProj), {L(l, "attn.indexer.weights_proj.weight"), L(l, hf + "scorer.weights_proj.weight")},
-                   c.index_heads, D);
-            cv.mat(B(n::kIdxCompKv), {L(l, "attn.indexer.compressor.wkv.weight"), L(l, hf + "kv_proj.weight")}, out, D);
-            cv.mat(B(n::kIdxCompGate), {L(l, "attn.indexer.compressor.wgate.weight"), L(l, hf + "gate_proj.weight")}, out,
-                   D);
-            cv.f32(B(n::kIdxCompApe), {L(l, "attn.indexer.compressor.ape"), L(l, hf + "position_bias")}, {m, out});
-            cv.f32(B(n::kIdxCompNorm), {L(l, "attn.indexer.compressor.norm.weight"), L(l, hf + "kv_norm.weight")},
-                   {c.index_head_dim});
-        }
-        cv.mat_f32(B(n::kFfnGateInp), {L(l, "ffn.gate.weight"), L(l, "mlp.gate.weight")}, c.n_experts, D);
-        if (c.mlp[size_t(l)] == MlpType::Hash) {
-            cv.tid2eid(l);
-            cv.ignore({L(l, "ffn.gate.bias")});  // upstream hash gates may carry an unused bias
-        } else {
-            cv.f32(B(n::kFfnExpProbsB), {L(l, "ffn.gate.bias"), L(l, "mlp.gate.e_score_correction_bias")}, {c.n_experts});
-        }
-        cv.experts(l);
-        cv.mat(B(n::kFfnGateShexp), {L(l, "ffn.shared_experts.w1.weight"), L(l, "mlp.shared_experts.gate_proj.weight")},
-               c.moe_inter, D);
-        cv.mat(B(n::kFfnUpShexp), {L(l, "ffn.shared_experts.w3.weight"), L(l, "mlp.shared_experts.up_proj.weight")},
-               c.moe_inter, D);
-        cv.mat(B(n::kFfnDownShexp), {L(l, "ffn.shared_experts.w2.weight"), L(l, "mlp.shared_experts.down_proj.weight")}, D,
-               c.moe_inter);
+    for (int l = 0; l < c.n_layers; ++l) convert_block(cv, c, l, c.attn[size_t(l)], c.ratio[size_t(l)], c.mlp[size_t(l)]);
+    for (int i = 0; i < c.n_nextn; ++i) {
+        convert_block(cv, c, c.n_layers + i, AttnType::Sliding, 0, MlpType::TopK);
+        convert_nextn(cv, c, i);
     }
+    cv.report().mtp_blocks = c.n_nextn;
     cv.finish_and_write();
     return cv.report();
 }

@@ -111,5 +111,32 @@ inline const std::string kFfnDownExps = "ffn_down_exps.weight";
 inline const std::string kFfnGateShexp = "ffn_gate_shexp.weight";
 inline const std::string kFfnUpShexp = "ffn_up_shexp.weight";
 inline const std::string kFfnDownShexp = "ffn_down_shexp.weight";
+// MTP (next-n) block extras, on blk.{n_layers + i} (llama.cpp's deepseek4 names).
+inline const std::string kNextnEProj = "nextn.e_proj.weight";
+inline const std::string kNextnHProj = "nextn.h_proj.weight";
+inline const std::string kNextnENorm = "nextn.enorm.weight";
+inline const std::string kNextnHNorm = "nextn.hnorm.weight";
+inline const std::string kNextnHeadNorm = "nextn.shared_head_norm.weight";
+inline const std::string kNextnHcHeadFn = "nextn.hc_head_fn.weight";
+inline const std::string kNextnHcHeadBase = "nextn.hc_head_base.weight";
+inline const std::string kNextnHcHeadScale = "nextn.hc_head_scale.weight";
+
+// The DSpark block drafter's companion GGUF (dsv4's own format; docs/FORMAT.md).
+inline const std::string kDsparkArch = "dsv4-dspark";
+inline const std::string kDsparkBlockSize = "dsv4.dspark.block_size";
+inline const std::string kDsparkLayerCount = "dsv4.dspark.layer_count";
+inline const std::string kDsparkHeadCount = "dsv4.dspark.head_count";
+inline const std::string kDsparkHeadDim = "dsv4.dspark.head_dim";
+inline const std::string kDsparkFfnLength = "dsv4.dspark.feed_forward_length";
+inline const std::string kDsparkMarkovRank = "dsv4.dspark.markov_rank";
+inline const std::string kDsparkNoiseToken = "dsv4.dspark.noise_token_id";
+inline const std::string kDsparkVocab = "dsv4.dspark.vocab_size";
+inline const std::string kDsparkHidden = "dsv4.dspark.embedding_length";
+inline const std::string kDsparkRmsEps = "dsv4.dspark.layer_norm_rms_epsilon";
+// Its tensors keep the names of the training code's state dict under "dspark.".
+inline std::string dspark(const std::string& suffix) { return "dspark." + suffix; }
+inline std::string dspark_blk(int i, const std::string& suffix) {
+    return "dspark.blk." + std::to_string(i) + "." + suffix;
+}
 
 }  // namespace dsv4::names

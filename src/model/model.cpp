@@ -5,46 +5,104 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/ops.h"
 #include "core/error.h"
+#include "core/trace.h"
 #include "model/config_gguf.h"
 
 namespace dsv4 {
+
+namespace {
+
+ModelConfig mtp_block_config(const ModelConfig& c) {
+    ModelConfig m = c;
+    m.n_layers = 1;
+    m.n_nextn = 0;
+    m.attn = {AttnType::Sliding};
+    m.ratio = {0};
+    m.mlp = {MlpType::TopK};
+    return m;
+}
+
+}  // namespace
 
 Model::Model(const std::string& path)
     : file_(std::make_unique<gguf::Reader>(path)),
       cfg_(config_from_gguf(*file_)),
       w_(bind_weights(*file_, cfg_)),
+      mtp_cfg_(mtp_block_config(cfg_)),
       rope_main_(cfg_.rope_main, cfg_.rope_dim),
       rope_compress_(cfg_.rope_compress, cfg_.rope_dim) {}
 
+void Model::run_layer(const ModelConfig& c, int l, const LayerWeights& L, MlpType mlp, const int32_t* tokens,
+                      int64_t T, State& st, int64_t band, float* X) const {
+    DSV4_TRACE_ARG("layer", l);
+    const int64_t D = c.hidden;
+    std::vector<float> y(static_cast<size_t>(T * D)), f(static_cast<size_t>(T * D));
+    std::vector<float> post(static_cast<size_t>(T * c.hc_mult)), comb(static_cast<size_t>(T * c.hc_mult * c.hc_mult));
+    const cpu::Rope& rope = c.attn[size_t(l)] == AttnType::Sliding ? rope_main_ : rope_compress_;
+    cpu::hc_pre(c, L.hc_attn_fn, L.hc_attn_base.data(), L.hc_attn_scale.data(), X, T, y.data(), post.data(),
+                comb.data());
+    cpu::rmsnorm(y.data(), T, D, L.attn_norm.data(), float(c.norm_eps));
+    cpu::attention_block(c, l, L, rope, y.data(), T, st.pos, band, st.layers[size_t(l)], f.data());
+    cpu::hc_post(c, X, f.data(), post.data(), comb.data(), T);
+
+    cpu::hc_pre(c, L.hc_ffn_fn, L.hc_ffn_base.data(), L.hc_ffn_scale.data(), X, T, y.data(), post.data(), comb.data());
+    cpu::rmsnorm(y.data(), T, D, L.ffn_norm.data(), float(c.norm_eps));
+    cpu::moe(c, L, mlp, y.data(), tokens, T, f.data());
+    cpu::hc_post(c, X, f.data(), post.data(), comb.data(), T);
+}
+
 void Model::forward(const int32_t* tokens, int64_t T, State& st, float* logits, const ForwardOptions& opt) const {
+    DSV4_TRACE_ARG("forward", T);
     const ModelConfig& c = cfg_;
     if (int(st.layers.size()) != c.n_layers) fail("state was made for another model");
     const int64_t D = c.hidden, nD = int64_t(c.hc_mult) * D;
-    std::vector<float> X(static_cast<size_t>(T * nD)), y(static_cast<size_t>(T * D)), f(static_cast<size_t>(T * D));
-    std::vector<float> post(static_cast<size_t>(T * c.hc_mult)), comb(static_cast<size_t>(T * c.hc_mult * c.hc_mult));
+    std::vector<float> X(static_cast<size_t>(T * nD)), y(static_cast<size_t>(T * D));
     cpu::embed_streams(w_.embed, tokens, T, c.hc_mult, X.data());
-    for (int l = 0; l < c.n_layers; ++l) {
-        const LayerWeights& L = w_.layers[size_t(l)];
-        const cpu::Rope& rope = c.attn[size_t(l)] == AttnType::Sliding ? rope_main_ : rope_compress_;
-        cpu::hc_pre(c, L.hc_attn_fn, L.hc_attn_base.data(), L.hc_attn_scale.data(), X.data(), T, y.data(),
-                    post.data(), comb.data());
-        cpu::rmsnorm(y.data(), T, D, L.attn_norm.data(), float(c.norm_eps));
-        cpu::attention_block(c, l, L, rope, y.data(), T, st.pos, opt.band, st.layers[size_t(l)], f.data());
-        cpu::hc_post(c, X.data(), f.data(), post.data(), comb.data(), T);
-
-        cpu::hc_pre(c, L.hc_ffn_fn, L.hc_ffn_base.data(), L.hc_ffn_scale.data(), X.data(), T, y.data(), post.data(),
-                    comb.data());
-        cpu::rmsnorm(y.data(), T, D, L.ffn_norm.data(), float(c.norm_eps));
-        cpu::moe(c, L, c.mlp[size_t(l)], y.data(), tokens, T, f.data());
-        cpu::hc_post(c, X.data(), f.data(), post.data(), comb.data(), T);
-    }
+    for (int l = 0; l < c.n_layers; ++l)
+        run_layer(c, l, w_.layers[size_t(l)], c.mlp[size_t(l)], tokens, T, st, opt.band, X.data());
     st.pos += T;
     if (opt.hidden && opt.hidden_from < T)
         std::copy(X.begin() + opt.hidden_from * nD, X.end(), opt.hidden);
     if (!logits || opt.logits == Logits::None) return;
+    DSV4_TRACE("head");
     const int64_t first = opt.logits == Logits::Last ? T - 1 : 0, rows = T - first;
-    cpu::hc_head(c, w_, X.data() + first * nD, rows, y.data());
+    cpu::hc_head(c, w_.hc_head_fn, w_.hc_head_base.data(), w_.hc_head_scale.data(), X.data() + first * nD, rows,
+                 y.data());
     cpu::rmsnorm(y.data(), rows, D, w_.output_norm.data(), float(c.norm_eps));
+    cpu::matmul(y.data(), rows, w_.output, logits);
+}
+
+void Model::mtp_forward(const float* hidden, const int32_t* next, int64_t T, State& st, float* logits,
+                        const ForwardOptions& opt) const {
+    DSV4_TRACE_ARG("mtp_forward", T);
+    if (!has_mtp()) fail(file_->path(), ": the model has no MTP block");
+    const ModelConfig& c = mtp_cfg_;
+    if (st.layers.size() != 1) fail("state was not made for the MTP block");
+    const MtpWeights& M = w_.mtp[0];
+    const int n = c.hc_mult;
+    const int64_t D = c.hidden, nD = int64_t(n) * D;
+    const float eps = float(c.norm_eps);
+    // X0 = e_proj(enorm(embed[next])) on every stream + h_proj(hnorm(stream)) per stream.
+    std::vector<float> e(static_cast<size_t>(T * D)), ep(static_cast<size_t>(T * D));
+    cpu::embed_streams(w_.embed, next, T, 1, e.data());
+    cpu::rmsnorm(e.data(), T, D, M.enorm.data(), eps);
+    cpu::matmul(e.data(), T, M.e_proj, ep.data());
+    std::vector<float> hs(hidden, hidden + T * nD), X(static_cast<size_t>(T * nD));
+    cpu::rmsnorm(hs.data(), T * n, D, M.hnorm.data(), eps);
+    cpu::matmul(hs.data(), T * n, M.h_proj, X.data());
+    for (int64_t t = 0; t < T; ++t)
+        for (int j = 0; j < n; ++j)
+            for (int64_t i = 0; i < D; ++i) X[size_t(t * nD + j * D + i)] += ep[size_t(t * D + i)];
+    run_layer(c, 0, M.block, MlpType::TopK, next, T, st, opt.band, X.data());
+    st.pos += T;
+    if (opt.hidden && opt.hidden_from < T)
+        std::copy(X.begin() + opt.hidden_from * nD, X.end(), opt.hidden);
+    if (!logits || opt.logits == Logits::None) return;
+    DSV4_TRACE("head");
+    const int64_t first = opt.logits == Logits::Last ? T - 1 : 0, rows = T - first;
+    std::vector<float> y(static_cast<size_t>(rows * D));
+    cpu::hc_head(c, M.hc_head_fn, M.hc_head_base.data(), M.hc_head_scale.data(), X.data() + first * nD, rows, y.data());
+    cpu::rmsnorm(y.data(), rows, D, M.norm.data(), eps);
     cpu::matmul(y.data(), rows, w_.output, logits);
 }
 

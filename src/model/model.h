@@ -40,10 +40,27 @@ public:
     // [T, vocab] (Logits::All) or [vocab] of the last token (Logits::Last) float32.
     void forward(const int32_t* tokens, int64_t T, State& state, float* logits, const ForwardOptions& opt = {}) const;
 
+    // The MTP (next-n) block, when the file has one (REFERENCE.md §8). Its state is a
+    // State(mtp_config()): one sliding-window layer at the main model's positions.
+    bool has_mtp() const { return !w_.mtp.empty(); }
+    const ModelConfig& mtp_config() const { return mtp_cfg_; }
+    // hidden[T, hc_mult * hidden]: the main model's pre-head streams at positions state.pos ...,
+    // next[T]: the token after each of them. logits receives what the block predicts for the
+    // token after next: [T, vocab] (Logits::All) or [vocab] of the last row (Logits::Last).
+    // opt.hidden receives the block's output streams (a chained draft feeds them back as the
+    // streams of the position it has not seen from the main model yet).
+    void mtp_forward(const float* hidden, const int32_t* next, int64_t T, State& state, float* logits,
+                     const ForwardOptions& opt = {}) const;
+
 private:
+    // The layer loop body shared by the main layers and the MTP block: X[T, hc, D] in place.
+    void run_layer(const ModelConfig& c, int l, const LayerWeights& L, MlpType mlp, const int32_t* tokens, int64_t T,
+                   State& st, int64_t band, float* X) const;
+
     std::unique_ptr<gguf::Reader> file_;
     ModelConfig cfg_;
     ModelWeights w_;
+    ModelConfig mtp_cfg_;  // one sliding, top-k-routed layer (valid when has_mtp())
     cpu::Rope rope_main_, rope_compress_;
 };
 

@@ -91,9 +91,9 @@ public:
         return out;
     }
 
-    void check_all_used(const std::set<std::string>& optional) const {
+    void check_all_used() const {
         for (const auto& t : f_.tensors())
-            if (!used_.count(t.name) && !optional.count(t.name))
+            if (!used_.count(t.name))
                 fail(f_.path(), ": unknown tensor '", t.name, "' (not part of this model's configuration)");
     }
 
@@ -103,14 +103,65 @@ private:
     bool allow_reshape_ = false;
 };
 
-void bind_compressor(Binder& b, const ModelConfig& c, int l, CompressorWeights& w, const std::string& kv,
+void bind_compressor(Binder& b, const ModelConfig& c, int l, int ratio, CompressorWeights& w, const std::string& kv,
                      const std::string& gate, const std::string& ape, const std::string& norm, int width,
                      int coff) {
     int64_t out = int64_t(coff) * width;
     w.kv = b.mat(n::blk(l, kv), out, c.hidden);
     w.gate = b.mat(n::blk(l, gate), out, c.hidden);
-    w.ape = b.vec(n::blk(l, ape), {out, c.ratio[size_t(l)]});
+    w.ape = b.vec(n::blk(l, ape), {out, ratio});
     w.norm = b.vec(n::blk(l, norm), {width});
+}
+
+// One block's tensors (blk.l.*) for the given attention and MLP kinds.
+LayerWeights bind_layer(Binder& b, const gguf::Reader& f, const ModelConfig& c, int l, AttnType at, int ratio,
+                        MlpType mlp) {
+    const int64_t D = c.hidden, hcD = int64_t(c.hc_mult) * D, mix = c.mix_dim();
+    const int64_t qdim = int64_t(c.n_heads) * c.head_dim;
+    LayerWeights L;
+    L.attn_norm = b.vec(n::blk(l, n::kAttnNorm), {D});
+    L.ffn_norm = b.vec(n::blk(l, n::kFfnNorm), {D});
+    L.hc_attn_fn = b.mat(n::blk(l, n::kHcAttnFn), mix, hcD);
+    L.hc_attn_base = b.vec(n::blk(l, n::kHcAttnBase), {mix});
+    L.hc_attn_scale = b.vec(n::blk(l, n::kHcAttnScale), {3});
+    L.hc_ffn_fn = b.mat(n::blk(l, n::kHcFfnFn), mix, hcD);
+    L.hc_ffn_base = b.vec(n::blk(l, n::kHcFfnBase), {mix});
+    L.hc_ffn_scale = b.vec(n::blk(l, n::kHcFfnScale), {3});
+    L.q_a = b.mat(n::blk(l, n::kAttnQA), c.q_lora, D);
+    L.q_a_norm = b.vec(n::blk(l, n::kAttnQANorm), {c.q_lora});
+    L.q_b = b.mat(n::blk(l, n::kAttnQB), qdim, c.q_lora);
+    L.kv = b.mat(n::blk(l, n::kAttnKv), c.head_dim, D);
+    L.kv_norm = b.vec(n::blk(l, n::kAttnKvNorm), {c.head_dim});
+    L.o_a = b.mat_reshaped(n::blk(l, n::kAttnOutA), int64_t(c.o_groups) * c.o_lora, qdim / c.o_groups);
+    L.o_b = b.mat(n::blk(l, n::kAttnOutB), D, int64_t(c.o_groups) * c.o_lora);
+    L.sinks = b.vec(n::blk(l, n::kAttnSinks), {c.n_heads});
+    if (at != AttnType::Sliding) {
+        int coff = at == AttnType::CSA ? 2 : 1;
+        bind_compressor(b, c, l, ratio, L.comp, n::kCompKv, n::kCompGate, n::kCompApe, n::kCompNorm, c.head_dim, coff);
+    }
+    if (at == AttnType::CSA) {
+        bind_compressor(b, c, l, ratio, L.idx_comp, n::kIdxCompKv, n::kIdxCompGate, n::kIdxCompApe, n::kIdxCompNorm,
+                        c.index_head_dim, 2);
+        L.idx_q_b = b.mat(n::blk(l, n::kIdxQB), int64_t(c.index_heads) * c.index_head_dim, c.q_lora);
+        L.idx_proj = b.mat(n::blk(l, n::kIdxProj), c.index_heads, D);
+    }
+    L.gate_inp = b.mat(n::blk(l, n::kFfnGateInp), c.n_experts, D);
+    if (mlp == MlpType::Hash) {
+        L.tid2eid = b.ints(n::blk(l, n::kFfnTid2eid), {c.top_k, c.vocab});
+        for (int32_t e : L.tid2eid)
+            if (e < 0 || e >= c.n_experts)
+                fail(f.path(), ": tensor '", n::blk(l, n::kFfnTid2eid), "' holds expert id ", e, " outside [0, ",
+                     c.n_experts, ")");
+    } else {
+        L.exp_probs_b = b.vec(n::blk(l, n::kFfnExpProbsB), {c.n_experts});
+    }
+    L.gate_exps = b.stack(n::blk(l, n::kFfnGateExps), c.n_experts, c.moe_inter, D);
+    L.up_exps = b.stack(n::blk(l, n::kFfnUpExps), c.n_experts, c.moe_inter, D);
+    L.down_exps = b.stack(n::blk(l, n::kFfnDownExps), c.n_experts, D, c.moe_inter);
+    L.gate_sh = b.mat(n::blk(l, n::kFfnGateShexp), c.moe_inter, D);
+    L.up_sh = b.mat(n::blk(l, n::kFfnUpShexp), c.moe_inter, D);
+    L.down_sh = b.mat(n::blk(l, n::kFfnDownShexp), D, c.moe_inter);
+    return L;
 }
 
 }  // namespace
@@ -118,7 +169,7 @@ void bind_compressor(Binder& b, const ModelConfig& c, int l, CompressorWeights& 
 ModelWeights bind_weights(const gguf::Reader& f, const ModelConfig& c) {
     Binder b(f);
     ModelWeights w;
-    const int64_t D = c.hidden, hcD = int64_t(c.hc_mult) * D, mix = c.mix_dim();
+    const int64_t D = c.hidden, hcD = int64_t(c.hc_mult) * D;
     w.embed = b.mat(n::kTokenEmbd, c.vocab, D);
     w.output = b.mat(n::kOutput, c.vocab, D);
     w.output_norm = b.vec(n::kOutputNorm, {D});
@@ -126,62 +177,24 @@ ModelWeights bind_weights(const gguf::Reader& f, const ModelConfig& c) {
     w.hc_head_base = b.vec(n::kOutputHcBase, {c.hc_mult});
     w.hc_head_scale = b.vec(n::kOutputHcScale, {1});
 
-    const int64_t qdim = int64_t(c.n_heads) * c.head_dim;
-    for (int l = 0; l < c.n_layers; ++l) {
-        LayerWeights L;
-        L.attn_norm = b.vec(n::blk(l, n::kAttnNorm), {D});
-        L.ffn_norm = b.vec(n::blk(l, n::kFfnNorm), {D});
-        L.hc_attn_fn = b.mat(n::blk(l, n::kHcAttnFn), mix, hcD);
-        L.hc_attn_base = b.vec(n::blk(l, n::kHcAttnBase), {mix});
-        L.hc_attn_scale = b.vec(n::blk(l, n::kHcAttnScale), {3});
-        L.hc_ffn_fn = b.mat(n::blk(l, n::kHcFfnFn), mix, hcD);
-        L.hc_ffn_base = b.vec(n::blk(l, n::kHcFfnBase), {mix});
-        L.hc_ffn_scale = b.vec(n::blk(l, n::kHcFfnScale), {3});
-        L.q_a = b.mat(n::blk(l, n::kAttnQA), c.q_lora, D);
-        L.q_a_norm = b.vec(n::blk(l, n::kAttnQANorm), {c.q_lora});
-        L.q_b = b.mat(n::blk(l, n::kAttnQB), qdim, c.q_lora);
-        L.kv = b.mat(n::blk(l, n::kAttnKv), c.head_dim, D);
-        L.kv_norm = b.vec(n::blk(l, n::kAttnKvNorm), {c.head_dim});
-        L.o_a = b.mat_reshaped(n::blk(l, n::kAttnOutA), int64_t(c.o_groups) * c.o_lora, qdim / c.o_groups);
-        L.o_b = b.mat(n::blk(l, n::kAttnOutB), D, int64_t(c.o_groups) * c.o_lora);
-        L.sinks = b.vec(n::blk(l, n::kAttnSinks), {c.n_heads});
-        AttnType at = c.attn[size_t(l)];
-        if (at != AttnType::Sliding) {
-            int coff = at == AttnType::CSA ? 2 : 1;
-            bind_compressor(b, c, l, L.comp, n::kCompKv, n::kCompGate, n::kCompApe, n::kCompNorm, c.head_dim, coff);
-        }
-        if (at == AttnType::CSA) {
-            bind_compressor(b, c, l, L.idx_comp, n::kIdxCompKv, n::kIdxCompGate, n::kIdxCompApe, n::kIdxCompNorm,
-                            c.index_head_dim, 2);
-            L.idx_q_b = b.mat(n::blk(l, n::kIdxQB), int64_t(c.index_heads) * c.index_head_dim, c.q_lora);
-            L.idx_proj = b.mat(n::blk(l, n::kIdxProj), c.index_heads, D);
-        }
-        L.gate_inp = b.mat(n::blk(l, n::kFfnGateInp), c.n_experts, D);
-        if (c.mlp[size_t(l)] == MlpType::Hash) {
-            L.tid2eid = b.ints(n::blk(l, n::kFfnTid2eid), {c.top_k, c.vocab});
-            for (int32_t e : L.tid2eid)
-                if (e < 0 || e >= c.n_experts)
-                    fail(f.path(), ": tensor '", n::blk(l, n::kFfnTid2eid), "' holds expert id ", e,
-                         " outside [0, ", c.n_experts, ")");
-        } else {
-            L.exp_probs_b = b.vec(n::blk(l, n::kFfnExpProbsB), {c.n_experts});
-        }
-        L.gate_exps = b.stack(n::blk(l, n::kFfnGateExps), c.n_experts, c.moe_inter, D);
-        L.up_exps = b.stack(n::blk(l, n::kFfnUpExps), c.n_experts, c.moe_inter, D);
-        L.down_exps = b.stack(n::blk(l, n::kFfnDownExps), c.n_experts, D, c.moe_inter);
-        L.gate_sh = b.mat(n::blk(l, n::kFfnGateShexp), c.moe_inter, D);
-        L.up_sh = b.mat(n::blk(l, n::kFfnUpShexp), c.moe_inter, D);
-        L.down_sh = b.mat(n::blk(l, n::kFfnDownShexp), D, c.moe_inter);
-        w.layers.push_back(std::move(L));
+    for (int l = 0; l < c.n_layers; ++l)
+        w.layers.push_back(bind_layer(b, f, c, l, c.attn[size_t(l)], c.ratio[size_t(l)], c.mlp[size_t(l)]));
+    // MTP blocks: sliding-window attention and top-k routing (REFERENCE.md §8).
+    for (int i = 0; i < c.n_nextn; ++i) {
+        const int l = c.n_layers + i;
+        MtpWeights m;
+        m.block = bind_layer(b, f, c, l, AttnType::Sliding, 0, MlpType::TopK);
+        m.e_proj = b.mat(n::blk(l, n::kNextnEProj), D, D);
+        m.h_proj = b.mat(n::blk(l, n::kNextnHProj), D, D);
+        m.enorm = b.vec(n::blk(l, n::kNextnENorm), {D});
+        m.hnorm = b.vec(n::blk(l, n::kNextnHNorm), {D});
+        m.norm = b.vec(n::blk(l, n::kNextnHeadNorm), {D});
+        m.hc_head_fn = b.mat(n::blk(l, n::kNextnHcHeadFn), c.hc_mult, hcD);
+        m.hc_head_base = b.vec(n::blk(l, n::kNextnHcHeadBase), {c.hc_mult});
+        m.hc_head_scale = b.vec(n::blk(l, n::kNextnHcHeadScale), {1});
+        w.mtp.push_back(std::move(m));
     }
-    // MTP blocks (blk.N for N >= n_layers) are bound by the speculative decoder, not here.
-    std::set<std::string> optional;
-    for (const auto& t : f.tensors())
-        if (t.name.rfind("blk.", 0) == 0) {
-            int layer = std::atoi(t.name.c_str() + 4);
-            if (layer >= c.n_layers && layer < c.n_layers + c.n_nextn) optional.insert(t.name);
-        }
-    b.check_all_used(optional);
+    b.check_all_used();
     return w;
 }
 

@@ -53,11 +53,22 @@ struct LayerWeights {
     Mat gate_sh, up_sh, down_sh;
 };
 
+// The MTP (next-n) block: a sliding-window, top-k-routed layer plus the projections that feed
+// it the main model's final streams and the next token's embedding (REFERENCE.md §8). The
+// embedding and the LM head are the main model's.
+struct MtpWeights {
+    LayerWeights block;
+    Mat e_proj, h_proj;  // [hidden, hidden]
+    std::vector<float> enorm, hnorm, norm, hc_head_base, hc_head_scale;
+    Mat hc_head_fn;      // [hc, hc * hidden]
+};
+
 struct ModelWeights {
     Mat embed, output;  // [vocab, hidden]
     std::vector<float> output_norm, hc_head_base, hc_head_scale;
     Mat hc_head_fn;     // [hc, hc * hidden]
     std::vector<LayerWeights> layers;
+    std::vector<MtpWeights> mtp;  // n_nextn blocks (empty when the file has none)
 };
 
 // Binds every tensor the config needs; throws an Error naming the tensor that is missing,

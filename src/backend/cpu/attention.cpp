@@ -7,6 +7,7 @@
 
 #include "backend/cpu/ops.h"
 #include "core/thread_pool.h"
+#include "core/trace.h"
 
 namespace dsv4::cpu {
 
@@ -133,12 +134,16 @@ void attend_heads(const float* q, int H, const KeySet& keys, int width, float sc
 }
 
 void window_keys(const LatentRows& r, int64_t p, KeySet& keys) {
-    for (int64_t j = std::max<int64_t>(0, p - r.window + 1); j <= p; ++j)
+    // Rows before cache_from are not held: only a state that started at a later position (the
+    // MTP drafter's, which is fed just the last window of a prompt) has a window shorter than
+    // min(position, window - 1).
+    for (int64_t j = std::max({int64_t(0), p - r.window + 1, r.cache_from}); j <= p; ++j)
         keys.rows.push_back(j < r.pos0 ? r.cache + (j - r.cache_from) * r.width : r.chunk + (j - r.pos0) * r.width);
 }
 
 void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, const Rope& rope, const float* a,
                      int64_t T, int64_t pos0, int64_t band, LayerState& st, float* out) {
+    DSV4_TRACE("attention");
     const int H = c.n_heads, d = c.head_dim, Wn = c.window;
     const int64_t Hd = int64_t(H) * d;
     const float eps = float(c.norm_eps);
@@ -160,6 +165,7 @@ void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, con
 
     // Compressed rows (state first, so a window closed by token t is visible to t itself).
     if (type != AttnType::Sliding) {
+        DSV4_TRACE("attn.compressor");
         const int64_t cw = int64_t(st.comp.coff) * d;
         std::vector<float> ck(static_cast<size_t>(T * cw)), cg(static_cast<size_t>(T * cw));
         matmul(a, T, w.comp.kv, ck.data());
@@ -169,6 +175,7 @@ void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, con
     const int IH = c.index_heads, Id = c.index_head_dim;
     std::vector<float> qi, wi;
     if (type == AttnType::CSA) {
+        DSV4_TRACE("attn.indexer_proj");
         const int64_t cw = 2 * int64_t(Id);
         std::vector<float> ik(static_cast<size_t>(T * cw)), ig(static_cast<size_t>(T * cw));
         matmul(a, T, w.idx_comp.kv, ik.data());
@@ -193,6 +200,7 @@ void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, con
     if (band <= 0) band = T;
     for (int64_t band0 = 0; band0 < T; band0 += band)
     parallel_for(static_cast<size_t>(std::min(band, T - band0)), [&](size_t b, size_t e) {
+        DSV4_TRACE("attn.sparse");
         KeySet keys;
         std::vector<float> scores;
         std::vector<int32_t> picked;
@@ -226,6 +234,7 @@ void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, con
 
     // Keep the last (window - 1) latent rows for the next call.
     {
+        DSV4_TRACE("attn.window_keep");
         std::vector<float> all(st.window.begin(), st.window.begin() + size_t(st.n_window) * size_t(d));
         all.insert(all.end(), kv.begin(), kv.end());
         int64_t total = st.n_window + T;

@@ -8,6 +8,7 @@
 #include "backend/cpu/quant.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "core/trace.h"
 
 namespace dsv4::cpu {
 
@@ -35,6 +36,7 @@ float dot(const float* a, const float* b, int64_t n) {
 }
 
 void matmul(const float* x, int64_t ldx, int64_t T, const Mat& w, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+    DSV4_TRACE("matmul");
     const int64_t K = w.cols;
     parallel_for(static_cast<size_t>(r1 - r0), [&](size_t b, size_t e) {
         std::vector<float> row(static_cast<size_t>(K));
@@ -54,6 +56,7 @@ void matmul(const float* x, int64_t ldx, int64_t T, const Mat& w, int64_t r0, in
 void matmul(const float* x, int64_t T, const Mat& w, float* y) { matmul(x, w.cols, T, w, 0, w.rows, y, w.rows); }
 
 void rmsnorm(float* x, int64_t T, int64_t n, const float* weight, float eps) {
+    DSV4_TRACE("rmsnorm");
     for (int64_t t = 0; t < T; ++t) {
         float* r = x + t * n;
         float s = rms_scale(r, n, eps);
@@ -65,6 +68,7 @@ void rmsnorm(float* x, int64_t T, int64_t n, const float* weight, float eps) {
 }
 
 void embed_streams(const Mat& embed, const int32_t* tokens, int64_t T, int hc, float* X) {
+    DSV4_TRACE("embed");
     const int64_t D = embed.cols;
     for (int64_t t = 0; t < T; ++t) {
         if (tokens[t] < 0 || tokens[t] >= embed.rows) fail("token id ", tokens[t], " outside the vocabulary of ", embed.rows);
@@ -94,6 +98,7 @@ std::vector<float> stream_mix(const ModelConfig& c, const Mat& fn, const float* 
 
 void hc_pre(const ModelConfig& c, const Mat& fn, const float* base, const float* scale, const float* X, int64_t T,
             float* y, float* post, float* comb) {
+    DSV4_TRACE("hc_pre");
     const int n = c.hc_mult;
     const int64_t D = c.hidden, nD = n * D;
     const float eps = float(c.hc_eps);
@@ -142,6 +147,7 @@ void hc_pre(const ModelConfig& c, const Mat& fn, const float* base, const float*
 }
 
 void hc_post(const ModelConfig& c, float* X, const float* f, const float* post, const float* comb, int64_t T) {
+    DSV4_TRACE("hc_post");
     const int n = c.hc_mult;
     const int64_t D = c.hidden;
     parallel_for(static_cast<size_t>(T), [&](size_t b, size_t e) {
@@ -160,14 +166,16 @@ void hc_post(const ModelConfig& c, float* X, const float* f, const float* post, 
     });
 }
 
-void hc_head(const ModelConfig& c, const ModelWeights& w, const float* X, int64_t T, float* y) {
+void hc_head(const ModelConfig& c, const Mat& fn, const float* base, const float* scale, const float* X, int64_t T,
+             float* y) {
+    DSV4_TRACE("hc_head");
     const int n = c.hc_mult;
     const int64_t D = c.hidden, nD = n * D;
-    std::vector<float> mix = stream_mix(c, w.hc_head_fn, X, T);
+    std::vector<float> mix = stream_mix(c, fn, X, T);
     for (int64_t t = 0; t < T; ++t) {
         float pre[16];
         for (int j = 0; j < n; ++j)
-            pre[j] = sigmoid(mix[size_t(t * n + j)] * w.hc_head_scale[0] + w.hc_head_base[size_t(j)]) + float(c.hc_eps);
+            pre[j] = sigmoid(mix[size_t(t * n + j)] * scale[0] + base[size_t(j)]) + float(c.hc_eps);
         for (int64_t i = 0; i < D; ++i) {
             float acc = 0;
             for (int j = 0; j < n; ++j) acc += pre[j] * X[t * nD + j * D + i];
@@ -222,6 +230,7 @@ void clamped_swiglu(float* gate, const float* up, int64_t n, float limit) {
 
 void moe(const ModelConfig& c, const LayerWeights& w, MlpType type, const float* f, const int32_t* tokens, int64_t T,
          float* out) {
+    DSV4_TRACE("moe");
     const int64_t D = c.hidden, I = c.moe_inter;
     const int k = c.top_k;
     const float limit = float(c.swiglu_limit);
@@ -242,6 +251,7 @@ void moe(const ModelConfig& c, const LayerWeights& w, MlpType type, const float*
     for (int e = 0; e < c.n_experts; ++e) {
         const auto& list = by_expert[size_t(e)];
         if (list.empty()) continue;
+        DSV4_TRACE_ARG("moe.expert", e);
         int64_t n = int64_t(list.size());
         xs.resize(static_cast<size_t>(n * D));
         g.resize(static_cast<size_t>(n * I));
@@ -258,6 +268,7 @@ void moe(const ModelConfig& c, const LayerWeights& w, MlpType type, const float*
             for (int64_t i = 0; i < D; ++i) o[i] += y[size_t(r * D + i)] * wt;
         }
     }
+    DSV4_TRACE("moe.shared");
     std::vector<float> sg(static_cast<size_t>(T * I)), su(static_cast<size_t>(T * I)), sy(static_cast<size_t>(T * D));
     matmul(f, T, w.gate_sh, sg.data());
     matmul(f, T, w.up_sh, su.data());

@@ -30,8 +30,10 @@ void hc_pre(const ModelConfig& c, const Mat& fn, const float* base, const float*
             float* y, float* post, float* comb);
 // Second half: X[k] = post[k] * f + sum_j comb[j][k] * X[j], in place.
 void hc_post(const ModelConfig& c, float* X, const float* f, const float* post, const float* comb, int64_t T);
-// Final collapse (sigmoid gates, no Sinkhorn): y[T, D].
-void hc_head(const ModelConfig& c, const ModelWeights& w, const float* X, int64_t T, float* y);
+// Final collapse (sigmoid gates, no Sinkhorn) with the head's fn [hc, hc*D], base [hc] and
+// scale [1] (the main model's or the MTP block's): y[T, D].
+void hc_head(const ModelConfig& c, const Mat& fn, const float* base, const float* scale, const float* X, int64_t T,
+             float* y);
 
 // Routed experts + shared expert for T tokens f[T, D] -> out[T, D]. Hash layers route by token id.
 void moe(const ModelConfig& c, const LayerWeights& w, MlpType type, const float* f, const int32_t* tokens, int64_t T,

@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include "backend/cuda/common.cuh"
 #include "backend/cuda/device_query.h"
 
 namespace dsv4::cuda {
@@ -8,6 +9,26 @@ int device_count() {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
     return n;
+}
+
+std::string device_name() {
+    int dev = 0;
+    DSV4_CUDA_CHECK(cudaGetDevice(&dev));
+    cudaDeviceProp prop{};
+    DSV4_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    return prop.name;
+}
+
+const DeviceLimits& device_limits() {
+    // One device per process so far (the backend never switches devices), so one cached copy.
+    static const DeviceLimits limits = [] {
+        int dev = 0, sms = 0, optin = 0;
+        DSV4_CUDA_CHECK(cudaGetDevice(&dev));
+        DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        DSV4_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        return DeviceLimits{sms, size_t(optin)};
+    }();
+    return limits;
 }
 
 }  // namespace dsv4::cuda

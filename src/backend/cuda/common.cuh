@@ -1,0 +1,86 @@
+// Internal to the CUDA backend (CUDA types allowed): error checks and the per-element
+// dequantisation of a weight row in its stored GGUF format, shared by every kernel that reads
+// weights on the plain (CUDA-core) path.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/error.h"
+
+namespace dsv4::cuda {
+
+#define DSV4_CUDA_CHECK(expr)                                                                         \
+    do {                                                                                              \
+        cudaError_t err_ = (expr);                                                                    \
+        if (err_ != cudaSuccess)                                                                      \
+            ::dsv4::fail("CUDA error ", cudaGetErrorString(err_), " in ", #expr, " (", __FILE__, ":", \
+                         __LINE__, ")");                                                              \
+    } while (0)
+
+// After every launch: a bad configuration is reported here, not at the next unrelated call.
+#define DSV4_LAUNCH_CHECK() DSV4_CUDA_CHECK(cudaGetLastError())
+
+// Stored weight formats, numbered as GGUF numbers them (gguf::TensorType), usable as template
+// arguments in device code.
+enum WType : int { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30, kMXFP4 = 39 };
+
+__device__ __forceinline__ float e2m1(unsigned code) {
+    // 0, .5, 1, 1.5, 2, 3, 4, 6 and their negatives (bit 3 = sign)
+    const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    float v = mag[code & 7];
+    return (code & 8) ? -v : v;
+}
+
+// 2^(e-127); e = 0 is 2^-127, a subnormal float (0x00400000), as the CPU reference computes it.
+__device__ __forceinline__ float e8m0(uint8_t e) { return __int_as_float(e == 0 ? 0x00400000 : int(e) << 23); }
+
+// Element i of a weight row: the scalar path (oracle kernels, formats without a fast path).
+// Same arithmetic as cpu::dequant_row: Q8_0 is d * q and MXFP4 e2m1 * 2^(E-127), in float.
+template <int TYPE>
+__device__ __forceinline__ float load_elem(const uint8_t* row, int64_t i) {
+    if constexpr (TYPE == kF32) {
+        return reinterpret_cast<const float*>(row)[i];
+    } else if constexpr (TYPE == kF16) {
+        return __half2float(reinterpret_cast<const __half*>(row)[i]);
+    } else if constexpr (TYPE == kBF16) {
+        return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(row)[i]);
+    } else if constexpr (TYPE == kQ8_0) {
+        const uint8_t* blk = row + (i / 32) * 34;
+        const __half d = *reinterpret_cast<const __half*>(blk);  // blocks are 2-byte aligned
+        return __half2float(d) * float(int8_t(blk[2 + i % 32]));
+    } else {
+        static_assert(TYPE == kMXFP4, "unknown weight type");
+        const uint8_t* blk = row + (i / 32) * 17;
+        const int j = int(i % 32);
+        const uint8_t b = blk[1 + (j & 15)];
+        return e2m1(j < 16 ? (b & 15) : (b >> 4)) * e8m0(blk[0]);
+    }
+}
+
+// Calls f.template operator()<TYPE>() for a runtime GGUF type number.
+template <class F>
+void dispatch_wtype(int type, F&& f) {
+    switch (type) {
+        case kF32: f.template operator()<kF32>(); return;
+        case kF16: f.template operator()<kF16>(); return;
+        case kBF16: f.template operator()<kBF16>(); return;
+        case kQ8_0: f.template operator()<kQ8_0>(); return;
+        case kMXFP4: f.template operator()<kMXFP4>(); return;
+    }
+    fail("CUDA backend: unsupported weight type ", type);
+}
+
+inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
+
+// The current device's multiprocessor count and opt-in shared memory per block (queried once
+// per device; the kernels size their grids and shared-memory budgets from them).
+struct DeviceLimits {
+    int sms = 0;
+    size_t smem_optin = 0;
+};
+const DeviceLimits& device_limits();
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,565 @@
+// y[T, rows] = x[T, cols] · Wᵀ for T <= 8 over weights in their stored format (see matvec.h).
+//
+// Tensor path, one block of 4 warps per 32-row tile at a time (a block walks several tiles,
+// and its copy pipeline runs on across tile boundaries):
+//   * The tile's weight bytes stream through a 4-stage ring in shared memory, each stage 32 rows
+//     x kScb 32-column blocks, copied with 16-byte cp.async. GGUF rows are not 16-byte aligned
+//     in general (a Q8_0 block is 34 bytes), so each row segment is copied from its start
+//     rounded down to 16 bytes and read back at that offset (the "delta"); a copy that would
+//     pass the end of the weight reads only the bytes inside it (the zero-fill form).
+//   * Each warp takes kScb/4 of a stage's column blocks for all 32 rows (two m16 sub-tiles) and
+//     multiplies them on the tensor cores with mma.sync m16n8k16: rows are the m side, the
+//     tokens the n = 8 side (tokens >= T are zero), and the weights are dequantised from shared
+//     memory into the A fragments. The four warps' partial sums are added in shared memory at the
+//     end of each tile.
+//   * The packed x (see pack_x) of the block's column range sits in shared memory for the whole
+//     kernel. The k order inside each 32-column block is permuted (lane quad t owns columns
+//     4t..4t+3 and 16+4t..16+4t+3 of the block, for the weights and for x alike): a dot product
+//     does not care about the order of its terms, and this order lets each lane read its
+//     weight bytes as two 4-byte words that no other lane of its row touches, with the rows of a
+//     warp in distinct shared-memory banks (row slots are padded for that).
+#include "backend/cuda/matvec.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/common.cuh"
+
+namespace dsv4::cuda {
+
+namespace {
+
+constexpr int kThreads = 128, kWarps = 4, kTileRows = 32, kStages = 4;
+constexpr int kXBlockBytes = 128;  // packed x: per token and 32-column block, 32 hi + 32 lo limbs of 2 bytes
+constexpr int kRedBytes = kWarps * 2 * 32 * 4 * 4;  // per warp, sub-tile, lane: 4 accumulators
+
+// The tensor path's formats. kScb: 32-column blocks per stage; kSlot: bytes of one row's
+// segment in a stage, padded so that the 8 rows a warp instruction touches fall in distinct
+// banks (Q8_0: a slot of 4 words mod 32 and lanes reading consecutive words; 2-byte types: 8
+// words mod 32 and lanes reading 8-byte pairs); kChunks: 16-byte copies that cover a segment
+// starting up to 14 bytes past a 16-byte boundary.
+template <int TYPE>
+struct TcFmt;
+template <>
+struct TcFmt<kQ8_0> {
+    static constexpr int kBlk = 34, kScb = 16, kSlot = 656;
+    static constexpr bool kBf16Limbs = false;
+};
+template <>
+struct TcFmt<kF16> {
+    static constexpr int kBlk = 64, kScb = 8, kSlot = 544;
+    static constexpr bool kBf16Limbs = false;
+};
+template <>
+struct TcFmt<kBF16> {
+    static constexpr int kBlk = 64, kScb = 8, kSlot = 544;
+    static constexpr bool kBf16Limbs = true;
+};
+template <int TYPE>
+constexpr int kChunks = (14 + TcFmt<TYPE>::kScb * TcFmt<TYPE>::kBlk + 15) / 16;
+template <int TYPE>
+constexpr int kStageBytes = kTileRows * TcFmt<TYPE>::kSlot;
+
+// Slots must hold every chunk plus the 4 bytes a Q8_0 lane may read past its last quant word.
+static_assert(kChunks<kQ8_0> * 16 + 4 <= TcFmt<kQ8_0>::kSlot && TcFmt<kQ8_0>::kSlot % 128 == 16, "Q8_0 slot");
+static_assert(kChunks<kF16> * 16 <= TcFmt<kF16>::kSlot && TcFmt<kF16>::kSlot % 128 == 32, "F16 slot");
+
+struct TcParams {
+    const uint8_t* w;       // matrix or stack base
+    size_t w_bytes;         // readable bytes from w
+    size_t matrix_bytes;    // rows * row_bytes
+    size_t row_bytes;
+    int64_t rows;
+    int64_t count;          // matrices in the stack
+    const int32_t* ids;     // [n] or null
+    const uint8_t* xp;      // packed x rows, xrow_bytes apart
+    const float* xscale;    // per packed row
+    size_t xrow_bytes;
+    int x_per_problem;      // 1: problem p's tokens are packed rows p*T.., 0: rows 0..T-1
+    float* y;
+    int64_t ldy, y_stride;
+    int T, nb, kb_per_split, tiles, xs_stride, xs_bytes, atomic;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// 16-byte global -> shared copy; only src_bytes (1..16) are read, the rest of the 16 is zero.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// d += A · B for one m16n8k16 tile: A = {row g k0, row g+8 k0, row g k8, row g+8 k8} pairs,
+// B = {k0, k8} pairs of column g (the PTX fragment layout), float32 accumulation.
+template <bool BF16>
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    if constexpr (BF16) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    } else {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+}
+
+// Four int8 (bytes 0..3) -> two f16x2 {q0, q1}, {q2, q3}, exactly: 0x64XX is the f16 1024 + XX,
+// and XX = q + 128 after flipping the sign bit, so subtracting 1152 leaves q. Three integer and
+// one half2 instruction per pair instead of four int->float conversions (which run at a quarter
+// of the rate and would bound the kernel below the memory bandwidth).
+__device__ __forceinline__ void i8x4_to_f16x2(uint32_t v, uint32_t& lo, uint32_t& hi) {
+    const uint32_t u = v ^ 0x80808080u;
+    const uint32_t bias = 0x64806480u;  // {1152, 1152}
+    lo = __byte_perm(u, 0x64646464u, 0x4140);
+    hi = __byte_perm(u, 0x64646464u, 0x4342);
+    asm("sub.rn.f16x2 %0, %0, %1;\n" : "+r"(lo) : "r"(bias));
+    asm("sub.rn.f16x2 %0, %0, %1;\n" : "+r"(hi) : "r"(bias));
+}
+
+// The 4 bytes at an even shared-memory byte offset, from the two aligned words around them.
+__device__ __forceinline__ uint32_t lds_u32_at_even(const uint32_t* words, int off) {
+    const int wi = off >> 2;
+    return __funnelshift_r(words[wi], words[wi + 1], (off & 2) * 8);
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
+    using F = TcFmt<TYPE>;
+    constexpr int kCbw = F::kScb / kWarps;  // column blocks per warp per stage
+    extern __shared__ __align__(128) uint8_t smem[];
+    uint8_t* xs = smem;
+    uint8_t* stages = smem + p.xs_bytes;
+    float* red = reinterpret_cast<float*>(stages + kStages * kStageBytes<TYPE>);
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int prob = blockIdx.y;
+    const int kb0 = blockIdx.z * p.kb_per_split;
+    const int kb1 = min(p.nb, kb0 + p.kb_per_split);
+    const int nks = (kb1 - kb0 + F::kScb - 1) / F::kScb;  // stages per tile
+    const int T = p.T;
+
+    const int64_t mat = p.ids ? int64_t(p.ids[prob]) : int64_t(prob);
+    const bool bad = mat < 0 || mat >= p.count;
+    const size_t wbase = bad ? 0 : size_t(mat) * p.matrix_bytes;
+
+    const int bx = blockIdx.x;
+    const int ntile = bx < p.tiles ? (p.tiles - 1 - bx) / int(gridDim.x) + 1 : 0;
+    const int S = ntile * nks;
+
+    // The packed x of this problem's tokens, column blocks [kb0, kb1), into shared memory
+    // (committed with stage 0, so the first wait covers it).
+    const int xrow0 = p.x_per_problem ? prob * T : 0;
+    {
+        const int per_tok = (kb1 - kb0) * (kXBlockBytes / 16);
+        const uint8_t* src = p.xp + size_t(xrow0) * p.xrow_bytes + size_t(kb0) * kXBlockBytes;
+        for (int i = tid; i < T * per_tok; i += kThreads) {
+            const int n = i / per_tok, c = i - n * per_tok;
+            cp_async16(xs + n * p.xs_stride + c * 16, src + size_t(n) * p.xrow_bytes + size_t(c) * 16, 16);
+        }
+    }
+
+    auto stage_geometry = [&](int s, int& row0, int& cb0, int& ncb, int& ks) {
+        const int k = s / nks;
+        ks = s - k * nks;
+        row0 = (bx + k * int(gridDim.x)) * kTileRows;
+        cb0 = kb0 + ks * F::kScb;
+        ncb = min(F::kScb, kb1 - cb0);
+    };
+
+    auto load_stage = [&](int s) {
+        if (s < S && !bad) {
+            int row0, cb0, ncb, ks;
+            stage_geometry(s, row0, cb0, ncb, ks);
+            uint8_t* buf = stages + (s % kStages) * kStageBytes<TYPE>;
+            const size_t seg_len = size_t(ncb) * F::kBlk;
+            for (int i = tid; i < kTileRows * kChunks<TYPE>; i += kThreads) {
+                const int r = i / kChunks<TYPE>, ch = i - r * kChunks<TYPE>;
+                const int64_t row = row0 + r;
+                if (row >= p.rows) continue;
+                const size_t start = wbase + size_t(row) * p.row_bytes + size_t(cb0) * F::kBlk;
+                const size_t addr = (start & ~size_t(15)) + size_t(ch) * 16;
+                if (addr >= start + seg_len) continue;
+                const int nbytes = int(min(size_t(16), p.w_bytes - addr));
+                cp_async16(buf + r * F::kSlot + ch * 16, p.w + addr, nbytes);
+            }
+        }
+        cp_async_commit();  // an empty group keeps the wait count uniform
+    };
+
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) load_stage(s);
+
+    float acc[2][4] = {};
+    for (int s = 0; s < S; ++s) {
+        cp_async_wait<kStages - 2>();
+        __syncthreads();  // stage s has landed for every thread, and stage s-1's buffer is free
+        load_stage(s + kStages - 1);
+
+        int row0, cb0, ncb, ks;
+        stage_geometry(s, row0, cb0, ncb, ks);
+        const uint8_t* buf = stages + (s % kStages) * kStageBytes<TYPE>;
+        const uint32_t* bufw = reinterpret_cast<const uint32_t*>(buf);
+
+        // Byte offsets in buf of this lane's rows g, g+8, 16+g, 24+g (segment start + delta).
+        int rowoff[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int r = g + 8 * q;
+            const size_t start = wbase + size_t(row0 + r) * p.row_bytes + size_t(cb0) * F::kBlk;
+            rowoff[q] = r * F::kSlot + int(start & 15);
+        }
+
+#pragma unroll
+        for (int j = 0; j < kCbw; ++j) {
+            const int c = warp * kCbw + j;
+            if (c >= ncb) break;
+            uint4 bh = make_uint4(0, 0, 0, 0), bl = make_uint4(0, 0, 0, 0);
+            if (g < T) {
+                const uint8_t* xq = xs + g * p.xs_stride + (ks * F::kScb + c) * kXBlockBytes + 16 * t;
+                bh = *reinterpret_cast<const uint4*>(xq);
+                bl = *reinterpret_cast<const uint4*>(xq + 64);
+            }
+#pragma unroll
+            for (int sub = 0; sub < 2; ++sub) {
+                const int oa = rowoff[2 * sub] + c * F::kBlk;      // row 16*sub + g
+                const int ob = rowoff[2 * sub + 1] + c * F::kBlk;  // row 16*sub + g + 8
+                if constexpr (TYPE == kQ8_0) {
+                    const float da = __half2float(*reinterpret_cast<const __half*>(buf + oa));
+                    const float db = __half2float(*reinterpret_cast<const __half*>(buf + ob));
+                    uint32_t a00, a08, a10, a18, b00, b08, b10, b18;
+                    i8x4_to_f16x2(lds_u32_at_even(bufw, oa + 2 + 4 * t), a00, a08);
+                    i8x4_to_f16x2(lds_u32_at_even(bufw, oa + 18 + 4 * t), a10, a18);
+                    i8x4_to_f16x2(lds_u32_at_even(bufw, ob + 2 + 4 * t), b00, b08);
+                    i8x4_to_f16x2(lds_u32_at_even(bufw, ob + 18 + 4 * t), b10, b18);
+                    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma16816<false>(part, a00, b00, a08, b08, bh.x, bh.y);
+                    mma16816<false>(part, a00, b00, a08, b08, bl.x, bl.y);
+                    mma16816<false>(part, a10, b10, a18, b18, bh.z, bh.w);
+                    mma16816<false>(part, a10, b10, a18, b18, bl.z, bl.w);
+                    acc[sub][0] += da * part[0];
+                    acc[sub][1] += da * part[1];
+                    acc[sub][2] += db * part[2];
+                    acc[sub][3] += db * part[3];
+                } else {
+                    const uint2 a0 = *reinterpret_cast<const uint2*>(buf + oa + 8 * t);
+                    const uint2 a1 = *reinterpret_cast<const uint2*>(buf + oa + 32 + 8 * t);
+                    const uint2 b0 = *reinterpret_cast<const uint2*>(buf + ob + 8 * t);
+                    const uint2 b1 = *reinterpret_cast<const uint2*>(buf + ob + 32 + 8 * t);
+                    mma16816<F::kBf16Limbs>(acc[sub], a0.x, b0.x, a0.y, b0.y, bh.x, bh.y);
+                    mma16816<F::kBf16Limbs>(acc[sub], a0.x, b0.x, a0.y, b0.y, bl.x, bl.y);
+                    mma16816<F::kBf16Limbs>(acc[sub], a1.x, b1.x, a1.y, b1.y, bh.z, bh.w);
+                    mma16816<F::kBf16Limbs>(acc[sub], a1.x, b1.x, a1.y, b1.y, bl.z, bl.w);
+                }
+            }
+        }
+
+        if (ks == nks - 1) {  // the tile is complete: add the four warps' partial sums
+#pragma unroll
+            for (int sub = 0; sub < 2; ++sub)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    red[((warp * 2 + sub) * 32 + lane) * 4 + e] = acc[sub][e];
+                    acc[sub][e] = 0.0f;
+                }
+            __syncthreads();
+            for (int o = tid; o < kTileRows * T; o += kThreads) {
+                const int n = o / kTileRows, r = o - n * kTileRows;
+                const int64_t row = row0 + r;
+                if (row >= p.rows) continue;
+                const int sub = r >> 4, m = r & 15;
+                const int src_lane = (m & 7) * 4 + (n >> 1), e = ((m >> 3) << 1) | (n & 1);
+                float v = 0.0f;
+#pragma unroll
+                for (int w = 0; w < kWarps; ++w) v += red[((w * 2 + sub) * 32 + src_lane) * 4 + e];
+                v = bad ? __int_as_float(0x7fc00000) : v * p.xscale[xrow0 + n];
+                float* out = p.y + prob * p.y_stride + n * p.ldy + row;
+                if (p.atomic)
+                    atomicAdd(out, v);
+                else
+                    *out = v;
+            }
+            // The next write of red follows the next top-of-loop barrier, after these reads.
+        }
+    }
+    cp_async_wait<0>();  // no copy may still target shared memory when the block exits
+}
+
+// Packs rows of x into limbs: block r handles packed row r (problem r / T, token r % T).
+// Layout per row: for each 32-column block, 64 bytes of hi limbs then 64 bytes of lo limbs,
+// each in the permuted order 4t..4t+3, 16+4t..16+4t+3 for t = 0..3 (see the kernel). f16 limbs
+// carry a power-of-two scale 2^e per row that puts max|x| in [2^14, 2^15): no overflow, and
+// both limbs stay normal numbers for every value within 2^24 of the largest.
+template <bool BF16>
+__global__ void pack_x_kernel(const float* x, int64_t ldx, int64_t x_stride, int T, int nb, uint8_t* out,
+                              size_t xrow_bytes, float* scale) {
+    const int r = blockIdx.x;
+    const float* xr = x + (r / T) * x_stride + (r % T) * ldx;
+    const int K = nb * 32;
+    uint8_t* o = out + size_t(r) * xrow_bytes;
+    float inv = 1.0f, sc = 1.0f;
+    if constexpr (!BF16) {
+        __shared__ float wmax[32];
+        float m = 0.0f;
+        for (int k = threadIdx.x; k < K; k += blockDim.x) m = fmaxf(m, fabsf(xr[k]));  // NaN is skipped
+        for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
+        __syncthreads();
+        m = 0.0f;
+        for (int i = 0; i < int(blockDim.x >> 5); ++i) m = fmaxf(m, wmax[i]);
+        int e = 0;
+        if (m > 0.0f && m <= 3.0e38f) {
+            int ex;
+            frexpf(m, &ex);  // m in [2^(ex-1), 2^ex)
+            e = max(-100, min(100, ex - 15));  // keeps 2^±e a normal float
+        }
+        inv = ldexpf(1.0f, -e);
+        sc = ldexpf(1.0f, e);
+    }
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        const float v = xr[k] * inv;  // exact: a power of two
+        const int cb = k >> 5, j = k & 31;
+        const int pos = j < 16 ? (j >> 2) * 8 + (j & 3) : ((j - 16) >> 2) * 8 + 4 + (j & 3);
+        uint16_t hi, lo;
+        if constexpr (BF16) {
+            const __nv_bfloat16 h = __float2bfloat16_rn(v);
+            hi = __bfloat16_as_ushort(h);
+            lo = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(h)));
+        } else {
+            const __half h = __float2half_rn(v);
+            hi = __half_as_ushort(h);
+            lo = __half_as_ushort(__float2half_rn(v - __half2float(h)));
+        }
+        uint16_t* blk = reinterpret_cast<uint16_t*>(o + size_t(cb) * kXBlockBytes);
+        blk[pos] = hi;
+        blk[32 + pos] = lo;
+    }
+    if (threadIdx.x == 0) scale[r] = sc;
+}
+
+__global__ void zero_outputs_kernel(float* y, int64_t ldy, int64_t y_stride, int n, int T, int64_t rows) {
+    const int64_t total = int64_t(n) * T * rows;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = i % rows, nt = i / rows;
+        y[(nt / T) * y_stride + (nt % T) * ldy + r] = 0.0f;
+    }
+}
+
+// The oracle: one warp per output row, float32 products and sums on the CUDA cores.
+template <int TYPE>
+__global__ void __launch_bounds__(128) simple_matvec_kernel(const uint8_t* w, size_t matrix_bytes, size_t row_bytes,
+                                                            int64_t rows, int64_t cols, int64_t count,
+                                                            const int32_t* ids, MatvecArgs a) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = int64_t(blockIdx.x) * 4 + warp;
+    const int prob = blockIdx.y;
+    if (row >= rows) return;
+    const int64_t mat = ids ? int64_t(ids[prob]) : int64_t(prob);
+    const bool bad = mat < 0 || mat >= count;
+    float acc[kMaxMatvecTokens] = {};
+    if (!bad) {
+        const uint8_t* wr = w + size_t(mat) * matrix_bytes + size_t(row) * row_bytes;
+        const float* x = a.x + prob * a.x_stride;
+        for (int64_t k = lane; k < cols; k += 32) {
+            const float wv = load_elem<TYPE>(wr, k);
+#pragma unroll
+            for (int n = 0; n < kMaxMatvecTokens; ++n)
+                if (n < a.T) acc[n] += wv * x[n * a.ldx + k];
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < kMaxMatvecTokens; ++n) {
+        if (n >= a.T) break;
+        float v = acc[n];
+        for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) a.y[prob * a.y_stride + n * a.ldy + row] = bad ? __int_as_float(0x7fc00000) : v;
+    }
+}
+
+// ---- host side ----
+
+int wtype(const DeviceMat& w) { return int(w.type); }
+
+void check_args(const DeviceMat& w, const MatvecArgs& a) {
+    if (a.T < 1 || a.T > kMaxMatvecTokens) fail("CUDA matvec: T = ", a.T, " tokens, the kernel takes 1..", kMaxMatvecTokens);
+    if (a.n < 1) fail("CUDA matvec: n = ", a.n, " problems");
+    if (!w.data) fail("CUDA matvec: the weight has no device data");
+    if (w.rows < 1 || w.cols < 1 || w.count < 1)
+        fail("CUDA matvec: weight shape [", w.rows, ", ", w.cols, "] x ", w.count);
+    const auto type = w.type;
+    const int t = int(type);
+    if (t != kF32 && t != kF16 && t != kBF16 && t != kQ8_0 && t != kMXFP4)
+        fail("CUDA matvec: unsupported weight type ", gguf::type_name(type));
+    const int64_t be = gguf::type_block_elems(type);
+    if (w.cols % be != 0) fail("CUDA matvec: ", gguf::type_name(type), " rows of ", w.cols, " values are not whole blocks");
+    const size_t need = size_t(w.cols / be) * gguf::type_block_bytes(type);
+    if (w.row_bytes < need)
+        fail("CUDA matvec: row_bytes ", w.row_bytes, " < ", need, " for ", w.cols, " ", gguf::type_name(type), " values");
+    if (!a.ids && a.n > w.count) fail("CUDA matvec: ", a.n, " problems without ids but only ", w.count, " matrices");
+    if (!a.x || !a.y) fail("CUDA matvec: null x or y");
+    if (a.T > 1 && a.ldx < w.cols) fail("CUDA matvec: ldx ", a.ldx, " < cols ", w.cols);
+    if (a.T > 1 && a.ldy < w.rows) fail("CUDA matvec: ldy ", a.ldy, " < rows ", w.rows);
+    if (a.n > 1 && a.y_stride == 0) fail("CUDA matvec: ", a.n, " problems would all write y (y_stride = 0)");
+}
+
+int packed_rows(const MatvecArgs& a) { return (a.x_stride == 0 ? 1 : a.n) * a.T; }
+size_t xrow_bytes(const DeviceMat& w) { return size_t(w.cols / 32) * kXBlockBytes; }
+size_t scale_offset(const DeviceMat& w, const MatvecArgs& a) {
+    return (size_t(packed_rows(a)) * xrow_bytes(w) + 255) / 256 * 256;
+}
+size_t packed_bytes(const DeviceMat& w, const MatvecArgs& a) {
+    return scale_offset(w, a) + size_t(packed_rows(a)) * sizeof(float);
+}
+
+template <int TYPE>
+void launch_tc(const DeviceMat& w, const MatvecArgs& a, const void* ws, cudaStream_t stream, size_t x_smem_limit) {
+    using F = TcFmt<TYPE>;
+    const DeviceLimits& lim = device_limits();
+    static const bool attr_set = [&] {
+        DSV4_CUDA_CHECK(cudaFuncSetAttribute(tc_matvec_kernel<TYPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(lim.smem_optin)));
+        return true;
+    }();
+    (void)attr_set;
+
+    constexpr size_t fixed = size_t(kStages) * kStageBytes<TYPE> + kRedBytes;
+    if (lim.smem_optin < fixed + 256) fail("CUDA matvec: the device has ", lim.smem_optin, " bytes of shared memory per block");
+    size_t budget = lim.smem_optin - fixed;
+    if (x_smem_limit) budget = std::min(budget, x_smem_limit);
+    const int nb = int(w.cols / 32);
+    // One token of a split of nbk column blocks takes nbk * 128 + 64 bytes (the 64 staggers the
+    // tokens across banks); the total is rounded up to 128.
+    const int64_t per_tok = (int64_t(budget) - 127) / a.T;
+    const int64_t nbk_max = (per_tok - 64) / kXBlockBytes;
+    if (nbk_max < 1) fail("CUDA matvec: no room in shared memory for the packed x (", budget, " bytes for ", a.T, " tokens)");
+    const int nsplit = int((nb + nbk_max - 1) / nbk_max);
+    const int kbps = (nb + nsplit - 1) / nsplit;
+
+    TcParams p{};
+    p.w = w.data;
+    p.w_bytes = w.bytes();
+    p.matrix_bytes = w.matrix_bytes();
+    p.row_bytes = w.row_bytes;
+    p.rows = w.rows;
+    p.count = w.count;
+    p.ids = a.ids;
+    p.xp = static_cast<const uint8_t*>(ws);
+    p.xscale = reinterpret_cast<const float*>(static_cast<const uint8_t*>(ws) + scale_offset(w, a));
+    p.xrow_bytes = xrow_bytes(w);
+    p.x_per_problem = a.x_stride != 0;
+    p.y = a.y;
+    p.ldy = a.ldy;
+    p.y_stride = a.y_stride;
+    p.T = a.T;
+    p.nb = nb;
+    p.kb_per_split = kbps;
+    p.tiles = int((w.rows + kTileRows - 1) / kTileRows);
+    p.xs_stride = kbps * kXBlockBytes + 64;
+    p.xs_bytes = (a.T * p.xs_stride + 127) / 128 * 128;
+    p.atomic = nsplit > 1;
+    const size_t smem = size_t(p.xs_bytes) + fixed;
+
+    int per_sm = 0;
+    DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tc_matvec_kernel<TYPE>, kThreads, smem));
+    if (per_sm < 1) fail("CUDA matvec: a block of ", smem, " bytes of shared memory does not fit a multiprocessor");
+    const int64_t want = int64_t(per_sm) * lim.sms;
+    const int64_t per_problem = (want + int64_t(a.n) * nsplit - 1) / (int64_t(a.n) * nsplit);
+    const int bpp = int(std::clamp<int64_t>(per_problem, 1, p.tiles));
+
+    if (p.atomic) {
+        const int64_t total = int64_t(a.n) * a.T * w.rows;
+        zero_outputs_kernel<<<unsigned(std::min<int64_t>((total + 255) / 256, 4096)), 256, 0, stream>>>(
+            a.y, a.ldy, a.y_stride, a.n, a.T, w.rows);
+        DSV4_LAUNCH_CHECK();
+    }
+    if (a.n > 65535 || nsplit > 65535) fail("CUDA matvec: grid of ", a.n, " problems x ", nsplit, " splits");
+    tc_matvec_kernel<TYPE><<<dim3(unsigned(bpp), unsigned(a.n), unsigned(nsplit)), kThreads, smem, stream>>>(p);
+    DSV4_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool tensor_path_supported(const DeviceMat& w) {
+    // The kernel reads Q8_0 scales as aligned halves (even row_bytes) and 2-byte rows as aligned
+    // 8-byte pairs (row_bytes a multiple of 16); GGUF rows satisfy both when cols % 32 == 0.
+    const int t = int(w.type);
+    const size_t row_align = t == kQ8_0 ? 2 : 16;
+    return (t == kQ8_0 || t == kF16 || t == kBF16) && w.cols % 32 == 0 && w.row_bytes % row_align == 0 &&
+           (reinterpret_cast<uintptr_t>(w.data) & 15) == 0;
+}
+
+namespace {
+bool use_tensor(const DeviceMat& w, MatvecOptions opt) {
+    if (opt.path == MatvecPath::Simple) return false;
+    if (opt.path == MatvecPath::Tensor) {
+        if (!tensor_path_supported(w))
+            fail("CUDA matvec: the tensor path takes Q8_0/F16/BF16 weights with cols % 32 == 0 and a 16-byte aligned "
+                 "base, not ", gguf::type_name(w.type), " with cols ", w.cols);
+        return true;
+    }
+    return tensor_path_supported(w);
+}
+}  // namespace
+
+size_t matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a, MatvecOptions opt) {
+    check_args(w, a);
+    return use_tensor(w, opt) ? packed_bytes(w, a) : 0;
+}
+
+void pack_x(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t workspace_bytes, Stream stream) {
+    check_args(w, a);
+    if (!tensor_path_supported(w)) fail("CUDA pack_x: ", gguf::type_name(w.type), " weights take the simple path");
+    if (workspace_bytes < packed_bytes(w, a) || (reinterpret_cast<uintptr_t>(workspace) & 15) != 0)
+        fail("CUDA matvec: workspace of ", workspace_bytes, " bytes, ", packed_bytes(w, a),
+             " needed, 16-byte aligned");
+    uint8_t* out = static_cast<uint8_t*>(workspace);
+    float* scale = reinterpret_cast<float*>(out + scale_offset(w, a));
+    const int nb = int(w.cols / 32);
+    const unsigned rows = unsigned(packed_rows(a));
+    if (int(w.type) == kBF16)
+        pack_x_kernel<true><<<rows, 256, 0, stream>>>(a.x, a.ldx, a.x_stride, a.T, nb, out, xrow_bytes(w), scale);
+    else
+        pack_x_kernel<false><<<rows, 256, 0, stream>>>(a.x, a.ldx, a.x_stride, a.T, nb, out, xrow_bytes(w), scale);
+    DSV4_LAUNCH_CHECK();
+}
+
+void matvec_packed(const DeviceMat& w, const MatvecArgs& a, const void* workspace, size_t workspace_bytes,
+                   Stream stream, MatvecOptions opt) {
+    check_args(w, a);
+    if (!tensor_path_supported(w)) fail("CUDA matvec_packed: ", gguf::type_name(w.type), " weights take the simple path");
+    if (workspace_bytes < packed_bytes(w, a) || (reinterpret_cast<uintptr_t>(workspace) & 15) != 0)
+        fail("CUDA matvec: workspace of ", workspace_bytes, " bytes, ", packed_bytes(w, a),
+             " needed, 16-byte aligned");
+    switch (int(w.type)) {
+        case kQ8_0: launch_tc<kQ8_0>(w, a, workspace, stream, opt.x_smem_limit); break;
+        case kF16: launch_tc<kF16>(w, a, workspace, stream, opt.x_smem_limit); break;
+        case kBF16: launch_tc<kBF16>(w, a, workspace, stream, opt.x_smem_limit); break;
+    }
+}
+
+void matvec(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t workspace_bytes, Stream stream,
+            MatvecOptions opt) {
+    check_args(w, a);
+    if (use_tensor(w, opt)) {
+        pack_x(w, a, workspace, workspace_bytes, stream);
+        matvec_packed(w, a, workspace, workspace_bytes, stream, opt);
+        return;
+    }
+    if (a.n > 65535) fail("CUDA matvec: ", a.n, " problems");
+    const dim3 grid(ceil_div(w.rows, 4), unsigned(a.n));
+    dispatch_wtype(wtype(w), [&]<int TYPE>() {
+        simple_matvec_kernel<TYPE><<<grid, 128, 0, stream>>>(w.data, w.matrix_bytes(), w.row_bytes, w.rows, w.cols,
+                                                             w.count, a.ids, a);
+    });
+    DSV4_LAUNCH_CHECK();
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,95 @@
+#include "runtime/spec_controller.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace dsv4::spec {
+
+namespace {
+[[noreturn]] void bad(const char* field, const char* rule, double v) {
+    throw UsageError(cat("speculative option ", field, " must be ", rule, " (got ", v, ")"));
+}
+}  // namespace
+
+void ControllerOptions::validate() const {
+    // Written as !(in range) so that NaN is rejected too.
+    if (!(cap >= 1 && cap <= 16)) bad("cap", "in 1..16", cap);
+    if (!(verify_cost > 0 && std::isfinite(verify_cost))) bad("verify_cost", "a finite number > 0", verify_cost);
+    if (!std::isfinite(draft_cost)) bad("draft_cost", "finite (< 0 = the drafter's hint)", draft_cost);
+    if (probe_every < 1) bad("probe_every", ">= 1", probe_every);
+    if (!(memory > 0 && memory < 1)) bad("memory", "in (0, 1)", memory);
+    if (!(prior > 0 && prior <= 1)) bad("prior", "in (0, 1]", prior);
+    if (!(prior_weight > 0 && std::isfinite(prior_weight))) bad("prior_weight", "a finite number > 0", prior_weight);
+}
+
+WidthController::WidthController(const ControllerOptions& o, double hint, bool has_confidence)
+    : o_(o), confidence_(has_confidence) {
+    o_.validate();
+    if (!(hint >= 0 && std::isfinite(hint))) fail("speculative: the drafter's cost hint ", hint, " is not a finite number >= 0");
+    c_ = o_.verify_cost + (o_.draft_cost >= 0 ? o_.draft_cost : hint);
+    // The prior decays with the evidence (both sums are multiplied by memory every round), so
+    // after a few rounds kappa is the measured ratio alone and can reach 0.
+    // A confidence head is trusted (kappa 1) until the evidence says otherwise.
+    accepted_ = (has_confidence ? 1.0 : o_.prior) * o_.prior_weight;
+    tested_ = o_.prior_weight;
+}
+
+template <class Prob>
+int WidthController::rule_width(int max, Prob a) const {
+    double C = 1, E = 1, cost = 1;
+    int w = 0;
+    while (w < max) {
+        const double Ci = C * std::min(1.0, a(w));
+        // Strictly better, so that a tie (or C_i = 0) keeps the narrower round.
+        if (!(Ci * cost > c_ * E)) break;
+        C = Ci;
+        E += Ci;
+        cost += c_;
+        ++w;
+    }
+    return w;
+}
+
+int WidthController::next_width() {
+    // Even a drafter that turns out fully confident (conf = 1) would get a_1 = min(1, kappa):
+    // if that does not pass the rule, drafting is not worth its cost this round.
+    const double k = kappa();
+    int w = rule_width(o_.cap, [&](int i) { return confidence_ && i > 0 ? 1.0 : k; });
+    if (confidence_ && w > 0) w = o_.cap;  // the actual confidences cut it (keep())
+    // After probe_every rounds without drafts (by this rule, or keep() cutting every draft).
+    probing_ = plain_in_a_row_ >= o_.probe_every;
+    return probing_ ? 1 : w;
+}
+
+bool WidthController::keep(std::span<const float> conf) const {
+    if (conf.empty()) return true;
+    if (probing_ && conf.size() == 1) return true;
+    const double k = kappa();
+    const int n = int(conf.size());
+    return rule_width(n, [&](int i) { return k * std::clamp(double(conf[size_t(i)]), 0.0, 1.0); }) == n;
+}
+
+void WidthController::observe(std::span<const float> conf, int drafted, int accepted) {
+    // A round without drafts, by next_width()'s choice or because keep() cut the whole draft:
+    // towards the next probe. Without probes a confidence the rule always cuts would never be
+    // calibrated.
+    if (drafted <= 0) {
+        ++plain_in_a_row_;
+        return;
+    }
+    plain_in_a_row_ = 0;
+    if (accepted < 0 || accepted > drafted) fail("speculative: ", accepted, " of ", drafted, " drafts accepted");
+    // The tokens the target actually judged: the accepted ones and the first rejected one.
+    const int tested = std::min(accepted + 1, drafted);
+    double expected = 0;
+    for (int i = 0; i < tested; ++i) expected += conf.empty() ? 1.0 : std::clamp(double(conf[size_t(i)]), 0.0, 1.0);
+    accepted_ = o_.memory * accepted_ + accepted;
+    tested_ = o_.memory * tested_ + expected;
+    // Confidences of 0 on accepted tokens would make kappa unbounded; a_i is clamped to 1, and
+    // the floor keeps the division defined.
+    tested_ = std::max(tested_, 1e-9);
+}
+
+}  // namespace dsv4::spec

@@ -1,0 +1,381 @@
+// CUDA matvec (src/backend/cuda/matvec.h) against the CPU reference cpu::matmul, which reads the
+// same stored weight rows through cpu::dequant_row. Random weights of every supported type, odd
+// shapes, T = 1..8, expert stacks, the split-column path; fresh random inputs for every check,
+// outputs poisoned (NaN) before each run so that an unwritten element fails.
+//
+// Tolerance, per output: |cuda - cpu| <= tol * sum_k |x_k| |w_k| (the scale of any rounding in
+// the dot product, so it stays meaningful when the result itself is near zero), with
+//   tol = 2e-6 on the tensor path with f16 limbs (Q8_0, F16 weights: x kept to 22 bits),
+//   tol = 1e-5 on the tensor path with bf16 limbs (BF16 weights: x kept to 16 bits, 2^-17),
+//   tol = 1e-6 on the simple path (float32 like the reference, another summation order);
+// and over the whole output ||cuda - cpu|| / ||cpu|| below 1e-5 (3e-5 for bf16 limbs). A wrong
+// index, a missed block or a race gives errors of the order of the outputs themselves.
+//
+// Device tests skip (reported as skipped, not passed) where no CUDA device is visible; the
+// argument checks at the end run everywhere.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/quant.h"
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/matvec.h"
+#include "core/error.h"
+
+namespace {
+
+using dsv4::Mat;
+using dsv4::MatStack;
+using dsv4::gguf::TensorType;
+namespace cuda = dsv4::cuda;
+
+#define REQUIRE_DEVICE() \
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)"
+
+std::mt19937& rng() {
+    static std::mt19937 g(20261118);
+    return g;
+}
+
+// count matrices of [rows, cols] back to back, quantised from N(0, 0.05) values (a spread of
+// exponents, so that Q8_0 block scales and bf16/f16 rounding all vary).
+struct HostStack {
+    std::vector<uint8_t> bytes;
+    MatStack stack;
+};
+
+HostStack make_weights(TensorType type, int64_t rows, int64_t cols, int64_t count) {
+    HostStack h;
+    const size_t rb = dsv4::cpu::row_bytes(type, cols);
+    h.bytes.resize(rb * size_t(rows * count));
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows * count; ++r) {
+        for (auto& v : row) v = nd(rng());
+        dsv4::cpu::quantize_row(type, row.data(), cols, h.bytes.data() + size_t(r) * rb);
+    }
+    h.stack.first = Mat{type, rows, cols, rb, h.bytes.data()};
+    h.stack.n = count;
+    return h;
+}
+
+// n_x input sets of T rows of cols (row stride ldx): N(0, 1), with tokens of very different
+// magnitudes (x1000, x0.001) and a few outliers, to exercise the per-token limb scale.
+std::vector<float> make_x(int n_x, int T, int64_t cols, int64_t ldx) {
+    std::vector<float> x(size_t(n_x) * T * ldx, 0.0f);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_int_distribution<int64_t> pick(0, cols - 1);
+    for (int p = 0; p < n_x; ++p)
+        for (int t = 0; t < T; ++t) {
+            const float mag = t % 3 == 1 ? 1000.0f : t % 3 == 2 ? 0.001f : 1.0f;
+            float* r = x.data() + (size_t(p) * T + t) * ldx;
+            for (int64_t k = 0; k < cols; ++k) r[k] = mag * nd(rng());
+            for (int i = 0; i < 3; ++i) r[pick(rng())] *= 50.0f;
+        }
+    return x;
+}
+
+struct Tolerance {
+    double per_output;  // times sum |x||w|
+    double relative;    // ||err|| / ||ref||
+};
+
+Tolerance tolerance_for(TensorType type, cuda::MatvecPath path, int64_t cols) {
+    const bool tensor = path != cuda::MatvecPath::Simple && (type == TensorType::Q8_0 || type == TensorType::F16 ||
+                                                              type == TensorType::BF16) && cols % 32 == 0;
+    if (!tensor) return {1e-6, 1e-5};
+    if (type == TensorType::BF16) return {1e-5, 3e-5};
+    return {2e-6, 1e-5};
+}
+
+struct Case {
+    TensorType type;
+    int64_t rows, cols;
+    int T;
+    int64_t count = 1;           // matrices in the stack
+    std::vector<int32_t> ids;    // empty: problem p uses matrix p, n = count
+    bool shared_x = true;        // false: each problem has its own x
+    cuda::MatvecPath path = cuda::MatvecPath::Auto;
+    size_t x_smem_limit = 0;
+    int64_t pad = 3;             // ldx = cols + pad, ldy = rows + pad (padding must stay untouched)
+};
+
+std::string describe(const Case& c) {
+    return std::string(dsv4::gguf::type_name(c.type)) + " [" + std::to_string(c.rows) + ", " + std::to_string(c.cols) +
+           "] x" + std::to_string(c.count) + " T=" + std::to_string(c.T) + " n=" +
+           std::to_string(c.ids.empty() ? c.count : int64_t(c.ids.size())) + (c.shared_x ? " shared-x" : " own-x") +
+           (c.path == cuda::MatvecPath::Simple ? " simple" : c.path == cuda::MatvecPath::Tensor ? " tensor" : " auto") +
+           (c.x_smem_limit ? " x_smem_limit=" + std::to_string(c.x_smem_limit) : "");
+}
+
+// Runs the case on the device and returns its outputs [n][T][ldy] (downloaded as is).
+struct RunResult {
+    std::vector<float> y;
+    std::vector<float> ref;     // valid entries only (padding left 0)
+    std::vector<float> absdot;
+};
+
+RunResult run_case(const Case& c) {
+    HostStack w = make_weights(c.type, c.rows, c.cols, c.count);
+    std::vector<int32_t> ids = c.ids;
+    const int n = ids.empty() ? int(c.count) : int(ids.size());
+    const int n_x = c.shared_x ? 1 : n;
+    const int64_t ldx = c.cols + c.pad, ldy = c.rows + c.pad;
+    std::vector<float> x = make_x(n_x, c.T, c.cols, ldx);
+
+    cuda::DeviceWeight dw = cuda::upload(w.stack);
+    cuda::DeviceBuffer dx(x.size() * sizeof(float));
+    dx.upload(x.data(), x.size() * sizeof(float));
+    const size_t ysize = size_t(n) * c.T * ldy;
+    cuda::DeviceBuffer dy(ysize * sizeof(float));
+    dy.fill_bytes(0xff);  // NaN everywhere: whatever the kernel does not write stays NaN
+    cuda::DeviceBuffer dids;
+    if (!ids.empty()) {
+        dids = cuda::DeviceBuffer(ids.size() * sizeof(int32_t));
+        dids.upload(ids.data(), ids.size() * sizeof(int32_t));
+    }
+
+    cuda::MatvecArgs a;
+    a.x = dx.as<const float>();
+    a.ldx = ldx;
+    a.x_stride = c.shared_x ? 0 : c.T * ldx;
+    a.T = c.T;
+    a.y = dy.as<float>();
+    a.ldy = ldy;
+    a.y_stride = c.T * ldy;
+    a.n = n;
+    a.ids = ids.empty() ? nullptr : dids.as<const int32_t>();
+    cuda::MatvecOptions opt;
+    opt.path = c.path;
+    opt.x_smem_limit = c.x_smem_limit;
+    const size_t ws_bytes = cuda::matvec_workspace_bytes(dw.mat, a, opt);
+    cuda::DeviceBuffer ws(ws_bytes);
+    cuda::matvec(dw.mat, a, ws.get(), ws_bytes, nullptr, opt);
+    cuda::synchronize();
+
+    RunResult res;
+    res.y.resize(ysize);
+    dy.download(res.y.data(), ysize * sizeof(float));
+    res.ref.assign(ysize, 0.0f);
+    res.absdot.assign(ysize, 0.0f);
+    std::vector<float> wrow(static_cast<size_t>(c.cols));
+    for (int p = 0; p < n; ++p) {
+        const int32_t m = ids.empty() ? p : ids[size_t(p)];
+        if (m < 0 || m >= c.count) continue;  // invalid id: outputs must be NaN, checked by the caller
+        const Mat mat = w.stack.at(m);
+        const float* xp = x.data() + size_t(c.shared_x ? 0 : p) * c.T * ldx;
+        float* yp = res.ref.data() + size_t(p) * c.T * ldy;
+        dsv4::cpu::matmul(xp, ldx, c.T, mat, 0, c.rows, yp, ldy);
+        for (int64_t r = 0; r < c.rows; ++r) {
+            dsv4::cpu::dequant_row(c.type, mat.row(r), c.cols, wrow.data());
+            for (int t = 0; t < c.T; ++t) {
+                double s = 0;
+                for (int64_t k = 0; k < c.cols; ++k) s += std::fabs(double(xp[t * ldx + k]) * wrow[size_t(k)]);
+                res.absdot[size_t(p) * c.T * ldy + size_t(t) * ldy + size_t(r)] = float(s);
+            }
+        }
+    }
+    return res;
+}
+
+void check_case(const Case& c) {
+    SCOPED_TRACE(describe(c));
+    RunResult res = run_case(c);
+    const Tolerance tol = tolerance_for(c.type, c.path, c.cols);
+    const int n = c.ids.empty() ? int(c.count) : int(c.ids.size());
+    const int64_t ldy = c.rows + c.pad;
+    double err2 = 0, ref2 = 0, worst = 0;
+    int64_t bad = 0;
+    for (int p = 0; p < n; ++p) {
+        const int32_t m = c.ids.empty() ? p : c.ids[size_t(p)];
+        const bool valid = m >= 0 && m < c.count;
+        for (int t = 0; t < c.T; ++t)
+            for (int64_t r = 0; r < ldy; ++r) {
+                const size_t i = size_t(p) * c.T * ldy + size_t(t) * ldy + size_t(r);
+                const float got = res.y[i];
+                if (r >= c.rows) {  // padding between output rows: never written
+                    uint32_t bits;
+                    std::memcpy(&bits, &got, 4);
+                    if (bits != 0xffffffffu && bad++ < 5)
+                        ADD_FAILURE() << "padding y[" << p << "][" << t << "][" << r << "] was written: " << got;
+                    continue;
+                }
+                if (!valid) {
+                    if (!std::isnan(got) && bad++ < 5)
+                        ADD_FAILURE() << "problem " << p << " has invalid id " << m << " but y = " << got;
+                    continue;
+                }
+                const double e = std::fabs(double(got) - double(res.ref[i]));
+                const double lim = tol.per_output * double(res.absdot[i]) + 1e-30;
+                if (!(e <= lim)) {  // NaN fails too
+                    if (bad++ < 5)
+                        ADD_FAILURE() << "y[" << p << "][" << t << "][" << r << "] = " << got << ", cpu "
+                                      << res.ref[i] << ", |err| " << e << " > " << lim;
+                }
+                worst = std::max(worst, e / (double(res.absdot[i]) + 1e-30));
+                err2 += e * e;
+                ref2 += double(res.ref[i]) * res.ref[i];
+            }
+    }
+    EXPECT_EQ(bad, 0);
+    if (ref2 > 0) {
+        EXPECT_LE(std::sqrt(err2 / ref2), tol.relative);
+    }
+    ::testing::Test::RecordProperty("worst_err_over_absdot", std::to_string(worst));
+}
+
+const TensorType kTensorTypes[] = {TensorType::Q8_0, TensorType::F16, TensorType::BF16};
+const TensorType kAllTypes[] = {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0,
+                                TensorType::MXFP4};
+
+TEST(CudaMatvec, TensorPathMatchesCpuOnOddShapes) {
+    REQUIRE_DEVICE();
+    // Rows that leave partial 32-row tiles, column counts that leave partial stages, a single
+    // 32-column block, and rows whose byte length is not a multiple of 16 (Q8_0 [*, 96] rows are
+    // 102 bytes, so segments start at every even offset).
+    const std::pair<int64_t, int64_t> shapes[] = {{1, 32}, {7, 96}, {33, 160}, {100, 544}, {257, 1056}, {64, 4096}};
+    for (TensorType type : kTensorTypes)
+        for (auto [rows, cols] : shapes)
+            for (int T : {1, 2, 3, 5, 8}) check_case({type, rows, cols, T, 1, {}, true, cuda::MatvecPath::Tensor});
+}
+
+TEST(CudaMatvec, TensorPathMatchesCpuAtModelShape) {
+    REQUIRE_DEVICE();
+    // A V4-Flash projection, [4096, 4096], at the decode and verify widths.
+    for (TensorType type : kTensorTypes)
+        for (int T : {1, 4, 8}) check_case({type, 4096, 4096, T, 1, {}, true, cuda::MatvecPath::Tensor});
+}
+
+TEST(CudaMatvec, SimplePathMatchesCpuForEveryType) {
+    REQUIRE_DEVICE();
+    for (TensorType type : kAllTypes)
+        for (auto [rows, cols] : {std::pair<int64_t, int64_t>{5, 64}, {37, 416}})
+            for (int T : {1, 3, 8}) check_case({type, rows, cols, T, 1, {}, true, cuda::MatvecPath::Simple});
+    // Plain types need no 32-column blocks: odd column counts (Auto takes the simple path).
+    for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16})
+        for (int T : {1, 4}) check_case({type, 19, 45, T, 1, {}, true, cuda::MatvecPath::Auto});
+    // Auto for F32 and MXFP4 (no tensor path yet) at a model-like width.
+    for (TensorType type : {TensorType::F32, TensorType::MXFP4})
+        check_case({type, 300, 2048, 2, 1, {}, true, cuda::MatvecPath::Auto});
+}
+
+TEST(CudaMatvec, SplitColumnsAddUp) {
+    REQUIRE_DEVICE();
+    // A small x budget forces the column range to be split over blocks whose partial sums are
+    // added atomically (the path wide inputs at T = 8 take).
+    for (TensorType type : kTensorTypes)
+        for (int T : {1, 8})
+            for (size_t limit : {size_t(2048), size_t(9000)})
+                check_case({type, 70, 2080, T, 1, {}, true, cuda::MatvecPath::Tensor, limit});
+}
+
+TEST(CudaMatvec, ExpertStacks) {
+    REQUIRE_DEVICE();
+    // Q8_0 [33, 96] experts are 3366 bytes, so expert starts are not 16-byte aligned.
+    for (TensorType type : kTensorTypes) {
+        for (bool shared : {true, false}) {
+            for (int T : {1, 4}) {
+                Case c{type, 33, 96, T, 5, {3, 0, 3, 4}, shared, cuda::MatvecPath::Tensor};
+                check_case(c);
+                c.path = cuda::MatvecPath::Simple;
+                check_case(c);
+            }
+        }
+        // Without ids, problem p uses matrix p.
+        check_case({type, 64, 256, 2, 3, {}, false, cuda::MatvecPath::Tensor});
+        // A decode-like MoE shape: 6 of 16 experts [256, 1024], split columns too.
+        check_case({type, 256, 1024, 1, 16, {11, 2, 7, 15, 0, 8}, true, cuda::MatvecPath::Tensor});
+        check_case({type, 256, 1024, 8, 16, {11, 2, 7, 15, 0, 8}, false, cuda::MatvecPath::Tensor, 5000});
+    }
+}
+
+TEST(CudaMatvec, InvalidExpertIdGivesNaNForThatProblemOnly) {
+    REQUIRE_DEVICE();
+    for (auto path : {cuda::MatvecPath::Tensor, cuda::MatvecPath::Simple})
+        check_case({TensorType::Q8_0, 40, 128, 2, 4, {1, 4, -1, 2}, true, path});
+}
+
+TEST(CudaMatvec, TensorPathIsDeterministic) {
+    REQUIRE_DEVICE();
+    // Without split columns every output is summed in a fixed order: two runs on the same inputs
+    // agree bit for bit (a race would show up as a difference).
+    HostStack w = make_weights(TensorType::Q8_0, 1000, 2048, 1);
+    std::vector<float> x = make_x(1, 8, 2048, 2048);
+    cuda::DeviceWeight dw = cuda::upload(w.stack.first);
+    cuda::DeviceBuffer dx(x.size() * 4), dy(8 * 1000 * 4);
+    dx.upload(x.data(), x.size() * 4);
+    cuda::MatvecArgs a;
+    a.x = dx.as<const float>();
+    a.ldx = 2048;
+    a.T = 8;
+    a.y = dy.as<float>();
+    a.ldy = 1000;
+    const size_t wsb = cuda::matvec_workspace_bytes(dw.mat, a);
+    ASSERT_GT(wsb, 0u);  // Auto takes the tensor path for Q8_0
+    cuda::DeviceBuffer ws(wsb);
+    std::vector<float> y1(8000), y2(8000);
+    for (auto* out : {&y1, &y2}) {
+        dy.fill_bytes(0xff);
+        cuda::matvec(dw.mat, a, ws.get(), wsb);
+        cuda::synchronize();
+        dy.download(out->data(), 8000 * 4);
+    }
+    EXPECT_EQ(std::memcmp(y1.data(), y2.data(), 8000 * 4), 0);
+    for (float v : y1) ASSERT_TRUE(std::isfinite(v));
+}
+
+// Argument checks happen on the host before any CUDA call, so these run without a device.
+TEST(CudaMatvecArgs, RejectsBadArguments) {
+    alignas(16) static uint8_t fake[64];
+    cuda::DeviceMat w;
+    w.type = TensorType::Q8_0;
+    w.rows = 4;
+    w.cols = 64;
+    w.row_bytes = 68;
+    w.data = fake;
+    float xy[8];
+    cuda::MatvecArgs a;
+    a.x = xy;
+    a.y = xy;
+    a.ldx = 64;
+    a.ldy = 4;
+    for (int T : {0, 9, -1}) {
+        a.T = T;
+        EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error) << "T = " << T;
+    }
+    a.T = 2;
+    a.ldx = 10;
+    EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);  // ldx < cols
+    a.ldx = 64;
+    a.n = 2;  // two problems, one matrix, no ids
+    a.y_stride = 8;
+    EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);
+    a.n = 1;
+    w.row_bytes = 60;  // shorter than two Q8_0 blocks
+    EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);
+    w.row_bytes = 68;
+    w.cols = 50;  // not whole Q8_0 blocks
+    EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);
+    w.cols = 64;
+    w.type = TensorType::Q2_K;  // no CUDA kernel reads Q2_K yet
+    EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);
+    w.type = TensorType::F32;   // no tensor path for F32: asking for it is an error
+    w.row_bytes = 256;
+    cuda::MatvecOptions opt;
+    opt.path = cuda::MatvecPath::Tensor;
+    EXPECT_THROW(cuda::matvec_workspace_bytes(w, a, opt), dsv4::Error);
+    EXPECT_EQ(cuda::matvec_workspace_bytes(w, a), 0u);  // Auto: the simple path needs no workspace
+    EXPECT_FALSE(cuda::tensor_path_supported(w));
+    w.type = TensorType::Q8_0;
+    w.row_bytes = 68;
+    EXPECT_TRUE(cuda::tensor_path_supported(w));
+    // Packed x: T rows of 2 blocks x 128 bytes, then the scales at a 256-byte boundary.
+    EXPECT_EQ(cuda::matvec_workspace_bytes(w, a), 512u + 2 * sizeof(float));
+}
+
+}  // namespace
