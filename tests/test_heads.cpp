@@ -143,7 +143,7 @@ TEST(Dspark, ConvertedDrafterMatchesTheReference) {
     for (size_t i = 0; i < anchors.size(); ++i) {
         const int64_t t = anchors[i];
         float* g = &got[i * size_t(W * V)];
-        ds.propose(&hidden[size_t(t * nD)], toks[size_t(t + 1)], g, conf.data());
+        ds.propose(&hidden[size_t(t * nD)], toks[size_t(t + 1)], W, g, conf.data());
         for (int j = 0; j < W; ++j) {
             ds.add_markov(toks[size_t(t + 1 + j)], g + j * V);  // teacher forced, as the reference
             const float p = 1.0f / (1.0f + std::exp(-ref_conf[i * size_t(W) + size_t(j)]));
@@ -156,6 +156,14 @@ TEST(Dspark, ConvertedDrafterMatchesTheReference) {
     EXPECT_EQ(c.mismatches, 0);
     EXPECT_LE(c.max_diff, 1e-3f * c.max_ref);
     EXPECT_LE(conf_diff, 1e-4f);
+
+    // Fewer slots give the same first slots (causal inside the block).
+    std::vector<float> two(static_cast<size_t>(2 * V)), conf2(2);
+    ds.propose(&hidden[size_t(anchors[3] * nD)], toks[size_t(anchors[3] + 1)], 2, two.data(), conf2.data());
+    std::vector<float> all(static_cast<size_t>(W * V));
+    ds.propose(&hidden[size_t(anchors[3] * nD)], toks[size_t(anchors[3] + 1)], W, all.data(), conf.data());
+    for (int64_t i = 0; i < 2 * V; ++i) ASSERT_NEAR(two[size_t(i)], all[size_t(i)], 1e-5f) << i;
+    EXPECT_NEAR(conf2[1], conf[1], 1e-6f);
 }
 
 TEST(Dspark, RefusesADrafterForAnotherModel) {

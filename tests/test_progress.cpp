@@ -85,5 +85,6 @@ TEST(Progress, RedrawsAfterTheRateLimit) {
     const std::string s = contents(f);
     EXPECT_EQ(s.rfind("\r\033[Krun 1/3 runs  ", 0), 0u) << s;
     EXPECT_NE(s.find("ETA"), std::string::npos);
+    p.finish();  // before the stream closes: finish() writes to it (the destructor would, after fclose)
     std::fclose(f);
 }

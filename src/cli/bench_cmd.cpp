@@ -50,11 +50,23 @@ int run_bench(const BenchArgs& args) {
     std::map<std::string, std::unique_ptr<Model>> models;
     std::vector<std::string> paths;
     std::vector<BenchArm> arms;
+    std::vector<std::unique_ptr<spec::DrafterFactory>> drafters;
+    std::vector<std::unique_ptr<Tokenizer>> tokenizers;
     for (const ArmOptions& o : opts) {
         std::string p = arm_model_path(o, args.model);
         if (!models.count(p)) models[p] = std::make_unique<Model>(p);
         paths.push_back(p);
-        arms.push_back({models[p].get(), arm_prefill_options(o)});
+        BenchArm arm{models[p].get(), arm_prefill_options(o), {}};
+        drafters.push_back(std::make_unique<spec::DrafterFactory>(spec::parse_spec(o.spec), *arm.model, arm.prefill));
+        if (drafters.back()->enabled()) {
+            if (!has_tokenizer(arm.model->file())) fail(p, ": speculative arms need a model file with a tokenizer");
+            tokenizers.push_back(std::make_unique<Tokenizer>(arm.model->file()));
+            arm.decode.drafters = drafters.back().get();
+            arm.decode.tokenizer = tokenizers.back().get();
+            arm.decode.spec.cap = o.spec_cap;
+            arm.decode.spec.validate();
+        }
+        arms.push_back(arm);
     }
     const Model& first = *arms[0].model;
     for (const BenchArm& a : arms)
@@ -134,6 +146,11 @@ int run_bench(const BenchArgs& args) {
         row["peak_host_bytes"] = peak_bytes;
         row["peak_device_bytes"] = nullptr;
         row["greedy_tokens_equal_across_runs"] = same_tokens;
+        // Speculative figures of the warm runs added up (the cold run's are in "cold").
+        spec::SpecStats warm_spec;
+        for (const BenchRun& r : runs)
+            if (r.arm == int(a) && !r.cold) warm_spec.add(r.spec);
+        row["spec_stats"] = spec::to_json(warm_spec);
         if (!args.no_roofline) {
             ModelTraffic t = model_traffic(*arms[a].model);
             row["roofline"] = roofline_json(t, peak);

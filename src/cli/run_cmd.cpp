@@ -11,10 +11,12 @@
 
 #include "cli/registry.h"
 #include "core/error.h"
+#include "core/progress.h"
+#include "core/trace.h"
 #include "model/model.h"
 #include "runtime/default_model.h"
 #include "runtime/generator.h"
-#include "runtime/spec_draft_model.h"
+#include "runtime/spec_factory.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -22,10 +24,11 @@ namespace dsv4::cli {
 
 namespace {
 struct RunArgs {
-    std::string model, prompt, prompt_file, spec = "off";
+    std::string model, prompt, prompt_file, spec = "off", trace;
     long n = 256;
     long band = 2048, frontier = 5;
     int spec_cap = 4;
+    double spec_verify_cost = spec::ControllerOptions{}.verify_cost, spec_draft_cost = -1;
     SamplingParams sampling;
     bool chat = false, think = false, verbose = false, ignore_eos = false;
     std::vector<std::string> stop;
@@ -67,18 +70,6 @@ void print_state_report(const ModelConfig& c, const State& st, std::FILE* out) {
                  (long long)st.pos, b.window, b.compressed, b.indexer, b.partial, b.total());
 }
 
-// --spec off | draft:FILE (| mtp | dspark:FILE, not built yet): the draft model's file, or "".
-std::string draft_file(const std::string& spec) {
-    if (spec == "off") return "";
-    if (spec.rfind("draft:", 0) == 0) {
-        if (spec.size() == 6) throw UsageError("--spec draft:FILE needs a file name");
-        return spec.substr(6);
-    }
-    if (spec == "mtp" || spec.rfind("dspark:", 0) == 0)
-        throw UsageError(cat("--spec ", spec, ": that drafter is not in this build yet (use --spec draft:FILE or off)"));
-    throw UsageError(cat("--spec ", spec, ": expected off, draft:FILE, mtp or dspark:FILE"));
-}
-
 // " | spec ...": what speculative decoding did, or why it did not run.
 std::string spec_summary(const spec::SpecStats& s) {
     if (s.rounds == 0) return s.method == "off" ? cat(" | spec: off (", s.off_reason, ")")
@@ -93,9 +84,11 @@ std::string spec_summary(const spec::SpecStats& s) {
 }
 
 int run_generate(const RunArgs& a) {
-    const std::string draft_path = draft_file(a.spec);
+    const spec::SpecChoice spec_choice = spec::parse_spec(a.spec);  // before anything is loaded
     spec::ControllerOptions spec_options;
     spec_options.cap = a.spec_cap;
+    spec_options.verify_cost = a.spec_verify_cost;
+    spec_options.draft_cost = a.spec_draft_cost;
     spec_options.validate();
     a.sampling.validate();
     std::string text = read_prompt(a);
@@ -119,21 +112,17 @@ int run_generate(const RunArgs& a) {
     PrefillOptions po;
     po.band = a.band;
     po.frontier_bands = int(a.frontier);
-    const bool tty = isatty(fileno(stderr));
+    std::unique_ptr<Progress> bar;  // shown only on a terminal, and only for multi-step prefills
     po.progress = [&](int64_t done, int64_t total) {
         if (g_cancel.load()) throw Cancelled{};
-        if (tty && total > po.band) std::fprintf(stderr, "\rprefill %lld/%lld", (long long)done, (long long)total);
-        if (tty && total > po.band && done == total) std::fprintf(stderr, "\r\033[K");
+        if (total <= po.band) return;
+        if (!bar) bar = std::make_unique<Progress>("prefill", total, "tok");
+        bar->update(done);
+        if (done == total) bar->finish();
     };
     Session session(model, po);
-    std::unique_ptr<Model> draft_model;
-    std::unique_ptr<spec::DraftModelDrafter> drafter;
-    if (!draft_path.empty()) {
-        draft_model = std::make_unique<Model>(draft_path);
-        PrefillOptions dpo = po;
-        dpo.progress = nullptr;  // the draft model's prompt is its own business
-        drafter = std::make_unique<spec::DraftModelDrafter>(*draft_model, model, a.spec, dpo);
-    }
+    const spec::DrafterFactory drafters(spec_choice, model, po);
+    std::unique_ptr<spec::Drafter> drafter = drafters.make();
     GenerateOptions go;
     go.drafter = drafter.get();
     go.spec = spec_options;
@@ -148,16 +137,19 @@ int run_generate(const RunArgs& a) {
     };
     ev.cancel = &g_cancel;
 
+    if (!a.trace.empty()) trace::start(a.trace);
     std::signal(SIGINT, on_sigint);
     GenerateStats st;
     try {
         st = generate(session, tok, prompt, go, ev);
     } catch (const Cancelled&) {
         std::signal(SIGINT, SIG_DFL);
+        if (!a.trace.empty()) trace::print_summary(trace::finish(), stderr);
         std::fprintf(stderr, "\ncancelled during prefill\n");
         return 130;
     }
     std::signal(SIGINT, SIG_DFL);
+    if (!a.trace.empty()) trace::print_summary(trace::finish(), stderr);
     std::fprintf(stdout, "\n");
     std::fflush(stdout);
     if (a.verbose) print_state_report(model.config(), session.state(), stderr);
@@ -173,6 +165,7 @@ CommandRunner setup(CLI::App& app) {
     auto a = std::make_shared<RunArgs>();
     CLI::App* c = app.add_subcommand("run", "generate text from a prompt, streaming it to stdout");
     c->add_option("--model", a->model, "GGUF model file (default: the embedded model)");
+    c->add_option("--trace", a->trace, "write a Chrome/Perfetto trace (JSON) here and print the per-op table");
     auto* p = c->add_option("-p,--prompt", a->prompt, "prompt text");
     auto* f = c->add_option("--file", a->prompt_file, "read the prompt from a file");
     p->excludes(f);
@@ -188,8 +181,13 @@ CommandRunner setup(CLI::App& app) {
     c->add_flag("--ignore-eos", a->ignore_eos, "keep generating past the end-of-sequence token");
     c->add_flag("--chat", a->chat, "wrap the prompt as a user turn of the chat template");
     c->add_flag("--think", a->think, "with --chat: open a thinking block");
-    c->add_option("--spec", a->spec, "speculative decoding: off | draft:FILE (a draft model of the same vocabulary)");
+    c->add_option("--spec", a->spec, "speculative decoding: off | mtp (the model's MTP block) | draft:FILE (a draft model of the same "
+                  "vocabulary) | dspark:FILE (a DSpark block drafter)");
     c->add_option("--spec-cap", a->spec_cap, "speculative decoding: most draft tokens per round (1..16)");
+    c->add_option("--spec-verify-cost", a->spec_verify_cost,
+                  "speculative decoding: cost of one more verified token, in decode steps (controller)");
+    c->add_option("--spec-draft-cost", a->spec_draft_cost,
+                  "speculative decoding: cost of drafting one token, in decode steps (< 0: the drafter's estimate)");
     c->add_option("--band", a->band, "prefill band (tokens attended together)")->check(CLI::PositiveNumber);
     c->add_option("--frontier", a->frontier, "bands per prefill step")->check(CLI::PositiveNumber);
     c->add_flag("-v,--verbose", a->verbose, "print the decode state's bytes per token and layer type");

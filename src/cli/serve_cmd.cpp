@@ -10,8 +10,10 @@
 
 #include "cli/registry.h"
 #include "core/error.h"
+#include "core/trace.h"
 #include "model/model.h"
 #include "runtime/default_model.h"
+#include "runtime/spec_factory.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,7 +21,8 @@ namespace dsv4::cli {
 
 namespace {
 struct ServeArgs {
-    std::string model, host = "127.0.0.1", name, api_key;
+    std::string model, host = "127.0.0.1", name, api_key, spec = "off", trace;
+    int spec_cap = spec::ControllerOptions{}.cap;
     std::vector<std::string> aliases;
     int port = 8080;
     long ctx = 0, parallel = 2, max_queue = 64, cache_mib = 1024, cache_entries = 32, max_tokens = 4096;
@@ -32,6 +35,7 @@ struct ServeArgs {
 int run_serve(ServeArgs& a) {
     if (a.api_key.empty())
         if (const char* k = std::getenv("DSV4_API_KEY")) a.api_key = k;
+    const spec::SpecChoice spec_choice = spec::parse_spec(a.spec);  // before anything is loaded
     const std::string path = model_path_or_default(a.model);
     Model model(path);
     if (!has_tokenizer(model.file()))
@@ -58,6 +62,10 @@ int run_serve(ServeArgs& a) {
     o.scheduler.prefill.band = a.band;
     o.scheduler.prefill.frontier_bands = int(a.frontier);
     o.scheduler.prefill.admission.headroom_bytes = uint64_t(a.headroom_gib * double(uint64_t(1) << 30));
+    const spec::DrafterFactory drafters(spec_choice, model, o.scheduler.prefill);
+    o.scheduler.drafters = &drafters;
+    o.scheduler.spec.cap = a.spec_cap;
+    o.scheduler.spec.validate();
     if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
 
     // Every thread the server starts inherits this mask, so the signals reach only sigwait.
@@ -68,6 +76,7 @@ int run_serve(ServeArgs& a) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
 
+    if (!a.trace.empty()) trace::start(a.trace);
     server::Server srv(model, tok, o);
     const int port = srv.start();
     std::fprintf(stderr, "dsv4 serve: listening on http://%s:%d (model '%s', context %lld tokens, %ld parallel sessions%s)\n",
@@ -77,6 +86,7 @@ int run_serve(ServeArgs& a) {
     sigwait(&set, &sig);
     std::fprintf(stderr, "dsv4 serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     srv.stop();
+    if (!a.trace.empty()) trace::print_summary(trace::finish(), stderr);
     return 0;
 }
 
@@ -106,6 +116,10 @@ CommandRunner setup(CLI::App& app) {
     c->add_option("--min-p", a->sampling.min_p, "min_p of requests that name none (0 = off)");
     c->add_option("--repeat-penalty", a->sampling.repeat_penalty, "repeat_penalty of requests that name none (1 = off)");
     c->add_flag("--think", a->think, "chat requests that do not say think first (reasoning on)");
+    c->add_option("--spec", a->spec, "speculative decoding: off | mtp | draft:FILE | dspark:FILE (one drafter per session)")
+        ->capture_default_str();
+    c->add_option("--spec-cap", a->spec_cap, "speculative decoding: most draft tokens per round")->capture_default_str();
+    c->add_option("--trace", a->trace, "record a Chrome/Perfetto trace until shutdown; written here on exit");
     c->add_option("--band", a->band, "prefill band (tokens attended together)")->check(CLI::PositiveNumber);
     c->add_option("--frontier", a->frontier, "bands per prefill step")->check(CLI::PositiveNumber);
     c->add_option("--headroom-gib", a->headroom_gib, "memory admission: GiB that must stay free")

@@ -92,8 +92,9 @@ Dspark::Dspark(const std::string& path, const Model& target)
              expected);
 }
 
-void Dspark::propose(const float* streams, int32_t first, float* base_logits, float* conf) const {
-    const int W = cfg_.block, H = cfg_.n_heads, hd = cfg_.head_dim, hc = target_.config().hc_mult;
+void Dspark::propose(const float* streams, int32_t first, int slots, float* base_logits, float* conf) const {
+    if (slots < 1 || slots > cfg_.block) fail("DSpark: ", slots, " slots asked of a block of ", cfg_.block);
+    const int W = slots, H = cfg_.n_heads, hd = cfg_.head_dim, hc = target_.config().hc_mult;
     const int64_t D = cfg_.hidden, HD = int64_t(H) * hd;
     const float eps = float(cfg_.eps);
     // c = main_norm(main_proj(mean of the streams)).

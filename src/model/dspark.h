@@ -33,9 +33,10 @@ public:
     size_t file_bytes() const;  // bytes of its tensors (the drafting cost model reads it)
 
     // One pass for the anchor: streams [hc_mult * hidden] = the target's pre-head streams at
-    // the anchor t, first = the token at t + 1. Writes base_logits [block, vocab] (without the
-    // Markov term) and conf [block] (probabilities).
-    void propose(const float* streams, int32_t first, float* base_logits, float* conf) const;
+    // the anchor t, first = the token at t + 1. Writes base_logits [slots, vocab] (without the
+    // Markov term) and conf [slots] (probabilities) for the first `slots` (<= block) slots;
+    // attention inside the block is causal, so fewer slots cost less and change nothing.
+    void propose(const float* streams, int32_t first, int slots, float* base_logits, float* conf) const;
     // logits[v] += markov_a[prev] . markov_b[v]: the slot's dependence on the token before it.
     void add_markov(int32_t prev, float* logits) const;
 

@@ -98,11 +98,18 @@ void Model::mtp_forward(const float* hidden, const int32_t* next, int64_t T, Sta
     if (opt.hidden && opt.hidden_from < T)
         std::copy(X.begin() + opt.hidden_from * nD, X.end(), opt.hidden);
     if (!logits || opt.logits == Logits::None) return;
+    const int64_t first = opt.logits == Logits::Last ? T - 1 : 0;
+    mtp_head(X.data() + first * nD, T - first, logits);
+}
+
+void Model::mtp_head(const float* out, int64_t rows, float* logits) const {
+    if (!has_mtp()) fail(file_->path(), ": the model has no MTP block");
     DSV4_TRACE("head");
-    const int64_t first = opt.logits == Logits::Last ? T - 1 : 0, rows = T - first;
+    const MtpWeights& M = w_.mtp[0];
+    const int64_t D = mtp_cfg_.hidden;
     std::vector<float> y(static_cast<size_t>(rows * D));
-    cpu::hc_head(c, M.hc_head_fn, M.hc_head_base.data(), M.hc_head_scale.data(), X.data() + first * nD, rows, y.data());
-    cpu::rmsnorm(y.data(), rows, D, M.norm.data(), eps);
+    cpu::hc_head(mtp_cfg_, M.hc_head_fn, M.hc_head_base.data(), M.hc_head_scale.data(), out, rows, y.data());
+    cpu::rmsnorm(y.data(), rows, D, M.norm.data(), float(mtp_cfg_.norm_eps));
     cpu::matmul(y.data(), rows, w_.output, logits);
 }
 

@@ -51,6 +51,9 @@ public:
     // streams of the position it has not seen from the main model yet).
     void mtp_forward(const float* hidden, const int32_t* next, int64_t T, State& state, float* logits,
                      const ForwardOptions& opt = {}) const;
+    // The MTP block's head alone: its output streams out[rows, hc_mult * hidden] -> logits
+    // [rows, vocab] (what mtp_forward computes last; a drafter defers it to when it proposes).
+    void mtp_head(const float* out, int64_t rows, float* logits) const;
 
 private:
     // The layer loop body shared by the main layers and the MTP block: X[T, hc, D] in place.

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "runtime/default_model.h"
+#include "runtime/spec_factory.h"
 
 namespace dsv4 {
 
@@ -36,7 +37,7 @@ ArmOptions parse_arm(const std::string& opts, const std::string& what) {
         i = j;
         size_t eq = item.find('=');
         if (eq == std::string::npos || eq == 0)
-            throw UsageError(cat(what, ": '", item, "' is not key=value (keys: model, band, frontier, backend, threads)"));
+            throw UsageError(cat(what, ": '", item, "' is not key=value (keys: model, band, frontier, backend, threads, spec, spec_cap)"));
         std::string key = item.substr(0, eq), v = item.substr(eq + 1);
         if (key == "model") {
             if (v.empty()) throw UsageError(cat(what, ": model= needs a file"));
@@ -51,12 +52,19 @@ ArmOptions parse_arm(const std::string& opts, const std::string& what) {
             int64_t t = parse_positive(what, key, v);
             if (t > 4096) throw UsageError(cat(what, ": threads=", v, " is too large"));
             a.threads = int(t);
+        } else if (key == "spec") {
+            spec::parse_spec(v);  // refuses a bad value now, with its name
+            a.spec = v;
+        } else if (key == "spec_cap") {
+            int64_t c = parse_positive(what, key, v);
+            if (c > 16) throw UsageError(cat(what, ": spec_cap=", v, " is above 16"));
+            a.spec_cap = int(c);
         } else if (key == "backend") {
             if (v == "cuda") throw UsageError(cat(what, ": backend=cuda is not in this build yet (use backend=cpu)"));
             if (v != "cpu") throw UsageError(cat(what, ": backend=", v, " is not a backend (cpu)"));
             a.backend = v;
         } else {
-            throw UsageError(cat(what, ": unknown key '", key, "' (keys: model, band, frontier, backend, threads)"));
+            throw UsageError(cat(what, ": unknown key '", key, "' (keys: model, band, frontier, backend, threads, spec, spec_cap)"));
         }
     }
     return a;
@@ -89,8 +97,8 @@ void apply_arm_threads(const std::vector<ArmOptions>& arms) {
 }
 
 nlohmann::json arm_json(const ArmOptions& a, const std::string& model_path) {
-    return {{"opts", a.text},       {"model", model_path}, {"band", a.band},
-            {"frontier", a.frontier}, {"backend", a.backend}, {"threads", a.threads}};
+    return {{"opts", a.text},       {"model", model_path}, {"band", a.band},        {"frontier", a.frontier},
+            {"backend", a.backend}, {"threads", a.threads}, {"spec", a.spec},       {"spec_cap", a.spec_cap}};
 }
 
 }  // namespace dsv4

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "runtime/bench_memory.h"
+#include "runtime/generator.h"
 #include "runtime/retrieval.h"
 #include "runtime/sampler.h"
 
@@ -18,7 +19,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 BenchRun bench_once(const Model& model, const PrefillOptions& prefill, const std::vector<int32_t>& prompt,
-                    int64_t gen_tokens) {
+                    int64_t gen_tokens, const BenchDecode& decode) {
     DSV4_TRACE("bench.run");
     const ModelConfig& c = model.config();
     if (prompt.empty()) throw UsageError("bench: the prompt has no tokens");
@@ -30,6 +31,27 @@ BenchRun bench_once(const Model& model, const PrefillOptions& prefill, const std
     r.prompt_tokens = int64_t(prompt.size());
     reset_peak_host_bytes();
     Session s(model, prefill);
+    if (decode.drafters && decode.drafters->enabled()) {
+        // Speculative: the generation loop itself, greedy, past any end-of-sequence token.
+        if (!decode.tokenizer) throw UsageError("bench: speculative arms need the model's tokenizer");
+        std::unique_ptr<spec::Drafter> drafter = decode.drafters->make();
+        GenerateOptions go;
+        go.max_tokens = gen_tokens;
+        go.ignore_eos = true;
+        go.drafter = drafter.get();
+        go.spec = decode.spec;
+        GenerateStats st = generate(s, *decode.tokenizer, prompt, go);
+        r.prefill_s = st.prefill_s;
+        r.decode_s = st.decode_s;
+        r.tokens = st.tokens;
+        r.gen_tokens = st.gen_tokens;
+        r.decode_steps = st.decode_steps;
+        r.prefill_tok_s = st.prefill_tok_s();
+        r.decode_tok_s = st.decode_tok_s();
+        r.spec = st.spec;
+        r.peak_host_bytes = peak_host_bytes();
+        return r;
+    }
     Sampler greedy(SamplingParams{});
     std::vector<int32_t> history(prompt);
     std::vector<float> logits(size_t(c.vocab));
@@ -97,7 +119,7 @@ std::vector<BenchRun> bench_interleaved(const std::vector<BenchArm>& arms, const
     std::vector<BenchRun> runs;
     for (int rep = 0; rep <= repeats; ++rep)
         for (size_t a = 0; a < arms.size(); ++a) {
-            BenchRun r = bench_once(*arms[a].model, arms[a].prefill, prompt, gen_tokens);
+            BenchRun r = bench_once(*arms[a].model, arms[a].prefill, prompt, gen_tokens, arms[a].decode);
             r.arm = int(a);
             r.repeat = rep;
             r.cold = rep == 0;

@@ -12,6 +12,9 @@
 
 #include "model/model.h"
 #include "runtime/session.h"
+#include "runtime/spec_controller.h"
+#include "runtime/spec_factory.h"
+#include "runtime/spec_stats.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4 {
@@ -27,11 +30,20 @@ struct BenchRun {
     double prefill_tok_s = 0, decode_tok_s = 0;
     int64_t peak_host_bytes = 0;  // peak RSS during this run (0 when unreadable)
     std::vector<int32_t> tokens;  // the greedy tokens (same for every run of one arm)
+    spec::SpecStats spec;         // speculative decoding's figures ("off" without a drafter)
+};
+
+// How an arm decodes: plainly, or speculatively with a drafter the factory makes per run
+// (then through generate(), which needs the model's tokenizer).
+struct BenchDecode {
+    const spec::DrafterFactory* drafters = nullptr;
+    spec::ControllerOptions spec;
+    const Tokenizer* tokenizer = nullptr;
 };
 
 // One run of prompt + gen greedy tokens on a fresh session of the model.
 BenchRun bench_once(const Model& model, const PrefillOptions& prefill, const std::vector<int32_t>& prompt,
-                    int64_t gen_tokens);
+                    int64_t gen_tokens, const BenchDecode& decode = {});
 
 // A prompt of exactly n tokens: the filler text tokenised (BOS first when the tokenizer wants
 // it), repeated as needed, when tok and filler are given; else ids drawn from [0, vocab) by a
@@ -48,6 +60,7 @@ Spread spread(std::vector<double> v);  // median of an even count: the mean of t
 struct BenchArm {
     const Model* model = nullptr;
     PrefillOptions prefill;
+    BenchDecode decode;
 };
 
 // Runs every arm cold once, then `repeats` warm rounds, each round every arm in order.

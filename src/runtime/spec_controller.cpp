@@ -28,7 +28,8 @@ WidthController::WidthController(const ControllerOptions& o, double hint, bool h
     : o_(o), confidence_(has_confidence) {
     o_.validate();
     if (!(hint >= 0 && std::isfinite(hint))) fail("speculative: the drafter's cost hint ", hint, " is not a finite number >= 0");
-    c_ = o_.verify_cost + (o_.draft_cost >= 0 ? o_.draft_cost : hint);
+    cv_ = o_.verify_cost;
+    c_ = cv_ + (o_.draft_cost >= 0 ? o_.draft_cost : hint);
     // The prior decays with the evidence (both sums are multiplied by memory every round), so
     // after a few rounds kappa is the measured ratio alone and can reach 0.
     // A confidence head is trusted (kappa 1) until the evidence says otherwise.
@@ -38,15 +39,20 @@ WidthController::WidthController(const ControllerOptions& o, double hint, bool h
 
 template <class Prob>
 int WidthController::rule_width(int max, Prob a) const {
-    double C = 1, E = 1, cost = 1;
+    // Tokens E and cost of the round for the prefix of w drafts, extended one draft at a time.
+    // R: the tokens a rejection makes the next forward run again (the old pending token and
+    // the n accepted drafts, after n acceptances).
+    double C = 1, E = 1, R = 0;
     int w = 0;
     while (w < max) {
-        const double Ci = C * std::min(1.0, a(w));
+        const double ai = std::min(1.0, a(w)), Ci = C * ai;
+        const double Ri = R + C * (1 - ai) * (w + 1);
+        const double cost = 1 + w * c_ + cv_ * R, cost_i = 1 + (w + 1) * c_ + cv_ * Ri;
         // Strictly better, so that a tie (or C_i = 0) keeps the narrower round.
-        if (!(Ci * cost > c_ * E)) break;
+        if (!((E + Ci) * cost > E * cost_i)) break;
         C = Ci;
         E += Ci;
-        cost += c_;
+        R = Ri;
         ++w;
     }
     return w;

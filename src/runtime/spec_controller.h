@@ -1,13 +1,15 @@
 // The adaptive width of speculative decoding: how many draft tokens each round verifies.
 //
-// Cost model (units: one plain target decode step, which yields one token): a round with W
-// drafts costs 1 + W * c, where c = verify_cost (one more token in the verification forward)
-// + draft_cost (proposing it). It yields 1 + C_1 + ... + C_W tokens on average, where C_i is
-// the probability that drafts 1..i are all accepted: C_i = a_1 * ... * a_i with a_i the
-// acceptance probability of draft i. Draft i is worth verifying iff it raises tokens per cost:
-//     C_i * cost_{i-1} > c * E_{i-1}   (E_{i-1} = 1 + C_1 + ... + C_{i-1}, cost_{i-1} = 1 + (i-1) c)
-// and the width is the longest prefix of drafts that passes, at most cap. W = 0 is a plain
-// decoding round.
+// Cost model (units: one plain target decode step, which yields one token). With a_i the
+// acceptance probability of draft i and C_i = a_1 * ... * a_i the probability that drafts 1..i
+// are all accepted, a round with W drafts yields E_W = 1 + C_1 + ... + C_W tokens on average
+// and costs
+//     cost_W = 1 + W * c + verify_cost * R_W,   c = verify_cost + draft_cost,
+// verify_cost being one more token in the verification forward, draft_cost proposing one, and
+// R_W = sum_{n<W} C_n (1 - a_{n+1}) (n + 1) the tokens a rejection makes the next forward run
+// again (after n acceptances: the old pending token and the n accepted drafts; see
+// spec_target.h). Draft i is added while it raises tokens per cost, E_i / cost_i >
+// E_{i-1} / cost_{i-1}; the width is that prefix, at most cap. W = 0 is a plain decoding round.
 //
 // a_i = min(1, kappa * conf_i): conf_i is the drafter's confidence (1 for a drafter without a
 // confidence head), kappa the measured ratio of accepted drafts to their summed confidence over
@@ -25,7 +27,10 @@ namespace dsv4::spec {
 
 struct ControllerOptions {
     int cap = 4;               // widest round, 1..16 (cap 4 keeps at most one ratio-4 compressor boundary inside a verification)
-    double verify_cost = 0.1;  // > 0: one more token in a verification forward, in target decode steps
+    // > 0: one more token in a verification forward, in target decode steps. 0.25 is what the
+    // CPU backend measures on the embedded model (K = 2: 1.19 steps, K = 5: 2.15); a large
+    // model on a GPU, where a decode step reads the weights once for all K tokens, is far less.
+    double verify_cost = 0.25;
     double draft_cost = -1;    // >= 0: proposing one token, same unit; < 0 = the drafter's own hint
     int probe_every = 16;      // >= 1: after this many plain rounds in a row, one round of width 1
     double memory = 0.8;       // in (0, 1): weight of the past per observed round
@@ -64,7 +69,7 @@ private:
     int rule_width(int max, Prob a) const;
 
     ControllerOptions o_;
-    double c_;
+    double cv_, c_;  // verify_cost; verify_cost + draft_cost
     bool confidence_;
     double accepted_, tested_;  // decayed sums: accepted drafts, and confidence over tested drafts
     int plain_in_a_row_ = 0;

@@ -104,7 +104,10 @@ public:
     virtual void propose(const DraftRequest& req, Draft& draft) = 0;
     // The committed sequence grew by tokens (the accepted drafts, then the corrected or bonus
     // token; never empty). hidden.rows == tokens.size() (when the drafter reads streams): row
-    // i is the target's streams at the position before tokens[i].
+    // i is the target's streams at the position before tokens[i]; the data is valid during
+    // the call only. Called after every round, plain ones included, so its cost is paid even
+    // while the controller decodes plainly: a drafter should keep it cheap (queue the tokens
+    // and rows, run them in one batch at the next propose(), as the draft-model drafter does).
     virtual void extend(std::span<const int32_t> tokens, const HiddenRows& hidden) = 0;
 };
 

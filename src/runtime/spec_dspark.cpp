@@ -29,9 +29,9 @@ void DsparkDrafter::propose(const DraftRequest& req, Draft& draft) {
     const DsparkConfig& c = dspark_.config();
     const int W = std::min(req.max_tokens, c.block);
     if (W <= 0) return;
-    base_.resize(size_t(c.block) * size_t(c.vocab));
-    conf_.resize(size_t(c.block));
-    dspark_.propose(anchor_.data(), last_, base_.data(), conf_.data());
+    base_.resize(size_t(W) * size_t(c.vocab));
+    conf_.resize(size_t(W));
+    dspark_.propose(anchor_.data(), last_, W, base_.data(), conf_.data());
     int32_t prev = last_;
     for (int j = 0; j < W; ++j) {
         logits_.assign(base_.begin() + ptrdiff_t(j) * c.vocab, base_.begin() + ptrdiff_t(j + 1) * c.vocab);

@@ -39,34 +39,37 @@ MtpDrafter::MtpDrafter(const Model& model) : model_(model), state_(model.mtp_con
 
 void MtpDrafter::feed(const float* hidden, const int32_t* next, int64_t n) {
     const ModelConfig& c = model_.config();
-    const int64_t nD = int64_t(c.hc_mult) * c.hidden;
-    logits_.resize(size_t(c.vocab));
-    out_.resize(size_t(nD));
-    ForwardOptions fo{Logits::Last};
+    out_.resize(size_t(c.hc_mult) * size_t(c.hidden));
+    ForwardOptions fo{Logits::None};
     fo.hidden = out_.data();
     fo.hidden_from = n - 1;
-    model_.mtp_forward(hidden, next, n, state_, logits_.data(), fo);
+    model_.mtp_forward(hidden, next, n, state_, nullptr, fo);
+    ready_ = true;
 }
 
 void MtpDrafter::start(const StartContext& ctx) {
-    const int64_t N = int64_t(ctx.tokens.size()), K = ctx.hidden.rows;
-    if (N < 2 || K < 1 || K > N - 1) fail("mtp: start() needs a prompt and at least one row of its streams");
-    // Rows are the positions N-1-K .. N-2, paired with the tokens after them.
+    const int64_t N = int64_t(ctx.tokens.size()), K = std::min<int64_t>(ctx.hidden.rows, N - 1);
+    if (N < 1) fail("mtp: start() without tokens");
+    // Rows are the positions N-1-K .. N-2, paired with the tokens after them. None (the
+    // session held the whole prompt already): the block starts empty and drafts from the
+    // first round's streams on.
     state_ = State(model_.mtp_config());
     state_.pos = N - 1 - K;
     proposed_ = false;
-    feed(ctx.hidden.data, ctx.tokens.data() + (N - K), K);
+    ready_ = false;
+    if (K > 0) feed(ctx.hidden.data + (ctx.hidden.rows - K) * ctx.hidden.width, ctx.tokens.data() + (N - K), K);
 }
 
 void MtpDrafter::propose(const DraftRequest& req, Draft& draft) {
     draft.clear();
-    if (logits_.empty()) fail("mtp: propose() before start()");
-    if (req.max_tokens <= 0) return;
+    if (!ready_ || req.max_tokens <= 0) return;
+    const ModelConfig& c = model_.config();
+    const int64_t nD = int64_t(c.hc_mult) * c.hidden;
+    logits_.resize(size_t(c.vocab));
+    model_.mtp_head(out_.data(), 1, logits_.data());
     mark_ = state_.mark();
     proposed_ = true;
     draft.tokens.push_back(argmax(logits_));
-    const ModelConfig& c = model_.config();
-    const int64_t nD = int64_t(c.hc_mult) * c.hidden;
     chain_logits_.resize(size_t(c.vocab));
     chain_out_ = out_;
     std::vector<float> next_out(static_cast<size_t>(nD));

@@ -31,7 +31,8 @@ public:
     void extend(std::span<const int32_t> tokens, const HiddenRows& hidden) override;
 
 private:
-    // Runs (hidden rows, next tokens) through the block; keeps the last row's logits and output.
+    // Runs (hidden rows, next tokens) through the block and keeps the last row's output; its
+    // logits wait for the next proposal (a plain round never needs them).
     void feed(const float* hidden, const int32_t* next, int64_t n);
 
     const Model& model_;
@@ -39,7 +40,8 @@ private:
     State state_;
     StateMark mark_;
     bool proposed_ = false;
-    std::vector<float> logits_, out_;  // after the last fed pair: its prediction and output streams
+    bool ready_ = false;               // a pair has been fed since start()
+    std::vector<float> logits_, out_;  // the last fed pair's prediction and output streams
     std::vector<float> chain_logits_, chain_out_;
 };
 

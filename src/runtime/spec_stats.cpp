@@ -22,4 +22,19 @@ nlohmann::json to_json(const SpecStats& s) {
     };
 }
 
+void SpecStats::add(const SpecStats& o) {
+    if (method == "off") method = o.method;
+    rounds += o.rounds;
+    plain_rounds += o.plain_rounds;
+    probe_rounds += o.probe_rounds;
+    drafted_tokens += o.drafted_tokens;
+    accepted_tokens += o.accepted_tokens;
+    full_rounds += o.full_rounds;
+    rollbacks += o.rollbacks;
+    refed_tokens += o.refed_tokens;
+    draft_s += o.draft_s;
+    verify_s += o.verify_s;
+    off_reason = rounds > 0 ? "" : o.off_reason;
+}
+
 }  // namespace dsv4::spec

@@ -29,6 +29,9 @@ struct SpecStats {
     // Accepted drafts per verification round (the "accepted length"; a round yields one more).
     double mean_accepted() const { return rounds > 0 ? double(accepted_tokens) / double(rounds) : 0.0; }
     double mean_width() const { return rounds > 0 ? double(drafted_tokens) / double(rounds) : 0.0; }
+    // Sums another call's counts and times into this one (bench adds up its runs); the method
+    // is taken from the other when this one has none, the off reason kept only while no round ran.
+    void add(const SpecStats& o);
 };
 
 // {"spec_method", "spec_off_reason", "spec_rounds", "spec_plain_rounds", "spec_probe_rounds",

@@ -28,6 +28,7 @@ void Metrics::generation(const ServerTimings& t) {
     prefill_tokens_ += uint64_t(t.prefilled_tokens());
     generated_tokens_ += uint64_t(t.generated_tokens);
     decode_steps_ += uint64_t(t.decode_steps);
+    decoded_tokens_ += uint64_t(t.decoded_tokens());
     prefill_s_ += t.prefill_s;
     decode_s_ += t.decode_s;
     queue_s_ += t.queue_s;
@@ -114,8 +115,9 @@ std::string Metrics::render(const MetricsGauges& g) const {
     sample(o, "dsv4_decode_tokens_per_second", last_decode_tok_s_);
     family(o, "dsv4_prefill_tokens_per_second_avg", "gauge", "Prefill tokens / prefill seconds over all generations.");
     sample(o, "dsv4_prefill_tokens_per_second_avg", prefill_s_ > 0 ? double(prefill_tokens_) / prefill_s_ : 0.0);
-    family(o, "dsv4_decode_tokens_per_second_avg", "gauge", "Decode steps / decode seconds over all generations.");
-    sample(o, "dsv4_decode_tokens_per_second_avg", decode_s_ > 0 ? double(decode_steps_) / decode_s_ : 0.0);
+    family(o, "dsv4_decode_tokens_per_second_avg", "gauge",
+           "Tokens out of decode forwards / decode seconds over all generations.");
+    sample(o, "dsv4_decode_tokens_per_second_avg", decode_s_ > 0 ? double(decoded_tokens_) / decode_s_ : 0.0);
 
     family(o, "dsv4_prefix_cache_requests_total", "counter", "Generations by prefix-cache outcome.");
     o << "dsv4_prefix_cache_requests_total{result=\"hit\"} " << cache_hits_ << '\n';

@@ -52,7 +52,8 @@ private:
     double latency_sum_ = 0;
     uint64_t latency_count_ = 0;
     uint64_t generations_ = 0;
-    uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, prefill_tokens_ = 0, generated_tokens_ = 0, decode_steps_ = 0;
+    uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, prefill_tokens_ = 0, generated_tokens_ = 0, decode_steps_ = 0,
+             decoded_tokens_ = 0;
     double prefill_s_ = 0, decode_s_ = 0, queue_s_ = 0;
     double last_prefill_tok_s_ = 0, last_decode_tok_s_ = 0;
     uint64_t cache_hits_ = 0, cache_misses_ = 0;

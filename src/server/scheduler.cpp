@@ -284,6 +284,7 @@ void Scheduler::run(Job& job) {
         return;
     }
     if (!c.session) c.session = new_session();
+    if (!c.drafter && opt_.drafters && opt_.drafters->enabled()) c.drafter = opt_.drafters->make();
     if (reuse.rewind) c.session->rewind(*c.mark);
     metrics_.prefix_cache(cached > 0);
     job.set_admitted(int64_t(cached));
@@ -308,8 +309,10 @@ void Scheduler::run(Job& job) {
         if (cached + 1 < L) c.session->prefill(prompt.data() + cached, int64_t(L - 1 - cached), nullptr);
         if (c.session->tokens().size() + 1 == L) c.mark = c.session->mark();
         own_prefill_s = seconds(Clock::now() - t0);
-        st = opt_.generate ? opt_.generate(*c.session, tok_, prompt, job.options(), ev)
-                           : generate(*c.session, tok_, prompt, job.options(), ev);
+        GenerateOptions go = job.options();
+        go.drafter = c.drafter.get();
+        go.spec = opt_.spec;
+        st = opt_.generate ? opt_.generate(*c.session, tok_, prompt, go, ev) : generate(*c.session, tok_, prompt, go, ev);
     } catch (const PrefillCancelled&) {
         // Stopped between prefill steps: the session's logits do not match its tokens, drop it.
         t.prefill_s = own_prefill_s;
@@ -332,6 +335,14 @@ void Scheduler::run(Job& job) {
     t.generated_tokens = st.gen_tokens;
     t.decode_steps = st.decode_steps;
     t.decode_s = st.decode_s;
+    if (c.drafter) {
+        SpeculativeTimings sp;
+        sp.method = st.spec.method;
+        sp.rounds = st.spec.rounds;
+        sp.drafted_tokens = st.spec.drafted_tokens;
+        sp.accepted_tokens = st.spec.accepted_tokens;
+        t.speculative = sp;
+    }
     t.total_s = seconds(Clock::now() - job.arrival());
     t.stop = to_string(st.stop);
     st.cached_tokens = int64_t(cached);

@@ -30,6 +30,7 @@
 
 #include "model/model.h"
 #include "runtime/generator.h"
+#include "runtime/spec_factory.h"
 #include "runtime/session.h"
 #include "server/api_error.h"
 #include "server/metrics.h"
@@ -54,6 +55,10 @@ struct SchedulerOptions {
     size_t cache_entries = 32;                 // sessions the prefix cache keeps at most
     PrefillOptions prefill;                    // band, frontier and memory admission of every session
     GenerateFn generate;                       // empty: dsv4::generate
+    // Speculative decoding (`--spec`): one drafter per session, made here. Not owned; null or
+    // disabled: plain decoding.
+    const spec::DrafterFactory* drafters = nullptr;
+    spec::ControllerOptions spec;
 };
 
 enum class CancelReason { None, Disconnect, Timeout, Shutdown };
@@ -130,6 +135,7 @@ private:
     // A session resting in the prefix cache, with its mark one token before its last prompt's end.
     struct Cached {
         std::unique_ptr<Session> session;
+        std::unique_ptr<spec::Drafter> drafter;  // follows the session (its own state) when speculating
         std::optional<SessionMark> mark;
     };
 

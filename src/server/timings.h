@@ -10,9 +10,8 @@
 
 namespace dsv4::server {
 
-// Speculative decoding's figures. Nothing fills this yet: the speculative decoding work sets
-// ServerTimings::speculative when a request was decoded that way, and "timings.speculative"
-// then appears in every dialect's response (absent otherwise).
+// Speculative decoding's figures, set when the server runs with --spec ("timings.speculative"
+// then appears in every dialect's response; absent otherwise).
 struct SpeculativeTimings {
     std::string method;           // "mtp", "draft:FILE", ...
     int64_t rounds = 0;           // verification forwards
@@ -36,7 +35,10 @@ struct ServerTimings {
 
     int64_t prefilled_tokens() const { return prompt_tokens - cached_tokens; }
     double prefill_tok_s() const { return prefill_s > 0 ? double(prefilled_tokens()) / prefill_s : 0.0; }
-    double decode_tok_s() const { return decode_s > 0 ? double(decode_steps) / decode_s : 0.0; }
+    // Tokens out of decode forwards (all but the first, sampled after the prefill) per second:
+    // a speculative round yields several, so decode_steps would understate the rate.
+    int64_t decoded_tokens() const { return generated_tokens > 0 ? generated_tokens - 1 : 0; }
+    double decode_tok_s() const { return decode_s > 0 ? double(decoded_tokens()) / decode_s : 0.0; }
 };
 
 nlohmann::json to_json(const ServerTimings& t);

@@ -1,16 +1,16 @@
 // y[T, rows] = x[T, cols] · Wᵀ for T <= 8 over weights in their stored format (see matvec.h).
 //
-// Tensor path, one block of 4 warps per 32-row tile at a time (a block walks several tiles,
+// Tensor path, one block of 8 warps per 32-row tile at a time (a block walks several tiles,
 // and its copy pipeline runs on across tile boundaries):
 //   * The tile's weight bytes stream through a 4-stage ring in shared memory, each stage 32 rows
 //     x kScb 32-column blocks, copied with 16-byte cp.async. GGUF rows are not 16-byte aligned
 //     in general (a Q8_0 block is 34 bytes), so each row segment is copied from its start
 //     rounded down to 16 bytes and read back at that offset (the "delta"); a copy that would
 //     pass the end of the weight reads only the bytes inside it (the zero-fill form).
-//   * Each warp takes kScb/4 of a stage's column blocks for all 32 rows (two m16 sub-tiles) and
+//   * Each warp takes kScb/8 of a stage's column blocks for all 32 rows (two m16 sub-tiles) and
 //     multiplies them on the tensor cores with mma.sync m16n8k16: rows are the m side, the
 //     tokens the n = 8 side (tokens >= T are zero), and the weights are dequantised from shared
-//     memory into the A fragments. The four warps' partial sums are added in shared memory at the
+//     memory into the A fragments. The eight warps' partial sums are added in shared memory at the
 //     end of each tile.
 //   * The packed x (see pack_x) of the block's column range sits in shared memory for the whole
 //     kernel. The k order inside each 32-column block is permuted (lane quad t owns columns
@@ -29,7 +29,7 @@ namespace dsv4::cuda {
 
 namespace {
 
-constexpr int kThreads = 128, kWarps = 4, kTileRows = 32, kStages = 4;
+constexpr int kThreads = 256, kWarps = 8, kTileRows = 32, kStages = 4;
 constexpr int kXBlockBytes = 128;  // packed x: per token and 32-column block, 32 hi + 32 lo limbs of 2 bytes
 constexpr int kRedBytes = kWarps * 2 * 32 * 4 * 4;  // per warp, sub-tile, lane: 4 accumulators
 
@@ -240,15 +240,16 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
                     i8x4_to_f16x2(lds_u32_at_even(bufw, oa + 18 + 4 * t), a10, a18);
                     i8x4_to_f16x2(lds_u32_at_even(bufw, ob + 2 + 4 * t), b00, b08);
                     i8x4_to_f16x2(lds_u32_at_even(bufw, ob + 18 + 4 * t), b10, b18);
-                    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mma16816<false>(part, a00, b00, a08, b08, bh.x, bh.y);
-                    mma16816<false>(part, a00, b00, a08, b08, bl.x, bl.y);
-                    mma16816<false>(part, a10, b10, a18, b18, bh.z, bh.w);
-                    mma16816<false>(part, a10, b10, a18, b18, bl.z, bl.w);
-                    acc[sub][0] += da * part[0];
-                    acc[sub][1] += da * part[1];
-                    acc[sub][2] += db * part[2];
-                    acc[sub][3] += db * part[3];
+                    // Two independent chains (hi and lo limbs) halve the dependent mma latency.
+                    float ph[4] = {0.0f, 0.0f, 0.0f, 0.0f}, pl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma16816<F::kBf16Limbs>(ph, a00, b00, a08, b08, bh.x, bh.y);
+                    mma16816<F::kBf16Limbs>(pl, a00, b00, a08, b08, bl.x, bl.y);
+                    mma16816<F::kBf16Limbs>(ph, a10, b10, a18, b18, bh.z, bh.w);
+                    mma16816<F::kBf16Limbs>(pl, a10, b10, a18, b18, bl.z, bl.w);
+                    acc[sub][0] += da * (ph[0] + pl[0]);
+                    acc[sub][1] += da * (ph[1] + pl[1]);
+                    acc[sub][2] += db * (ph[2] + pl[2]);
+                    acc[sub][3] += db * (ph[3] + pl[3]);
                 } else {
                     const uint2 a0 = *reinterpret_cast<const uint2*>(buf + oa + 8 * t);
                     const uint2 a1 = *reinterpret_cast<const uint2*>(buf + oa + 32 + 8 * t);
@@ -262,7 +263,7 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
             }
         }
 
-        if (ks == nks - 1) {  // the tile is complete: add the four warps' partial sums
+        if (ks == nks - 1) {  // the tile is complete: add the warps' partial sums
 #pragma unroll
             for (int sub = 0; sub < 2; ++sub)
 #pragma unroll
@@ -470,9 +471,13 @@ void launch_tc(const DeviceMat& w, const MatvecArgs& a, const void* ws, cudaStre
     int per_sm = 0;
     DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tc_matvec_kernel<TYPE>, kThreads, smem));
     if (per_sm < 1) fail("CUDA matvec: a block of ", smem, " bytes of shared memory does not fit a multiprocessor");
+    // Blocks per problem: enough to fill every resident slot, then evened out so that every
+    // block walks the same number of tiles (64 tiles over 44 blocks would leave half of them
+    // idle for the second half of the kernel; 32 blocks of 2 tiles finish together).
     const int64_t want = int64_t(per_sm) * lim.sms;
-    const int64_t per_problem = (want + int64_t(a.n) * nsplit - 1) / (int64_t(a.n) * nsplit);
-    const int bpp = int(std::clamp<int64_t>(per_problem, 1, p.tiles));
+    const int64_t per_problem = std::max<int64_t>(1, want / (int64_t(a.n) * nsplit));
+    const int64_t tiles_per_block = (p.tiles + per_problem - 1) / per_problem;
+    const int bpp = int((p.tiles + tiles_per_block - 1) / tiles_per_block);
 
     if (p.atomic) {
         const int64_t total = int64_t(a.n) * a.T * w.rows;
