@@ -64,6 +64,7 @@ int run_bench(const BenchArgs& args) {
             arm.decode.drafters = drafters.back().get();
             arm.decode.tokenizer = tokenizers.back().get();
             arm.decode.spec.cap = o.spec_cap;
+            if (o.spec_verify_cost > 0) arm.decode.spec.verify_cost = o.spec_verify_cost;
             arm.decode.spec.validate();
         }
         arms.push_back(arm);

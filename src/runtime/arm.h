@@ -1,7 +1,7 @@
 // An "arm": one configuration of the engine that a measurement runs (quality compares two,
 // bench times one or two). Written on the command line as a small option string,
 //
-//     "model=models/q8.gguf band=512 frontier=2 backend=cpu threads=2 spec=mtp spec_cap=4"
+//     "model=models/q8.gguf band=512 frontier=2 backend=cpu threads=2 spec=mtp spec_cap=4 spec_verify_cost=0.05"
 //
 // key=value pairs separated by spaces or commas; every key is optional (an empty string is the
 // defaults). New kinds of arm (CUDA, quantised experts chosen at load time) become new keys
@@ -25,6 +25,7 @@ struct ArmOptions {
     int threads = 0;          // worker threads; 0 = the process default (DSV4_THREADS or all cores)
     std::string spec = "off"; // speculative decoding: off | mtp | draft:FILE | dspark:FILE
     int spec_cap = 4;         // most draft tokens per round
+    double spec_verify_cost = 0;  // > 0: the controller's price of one more verified token (ControllerOptions)
     std::string text;         // the string it was parsed from, for receipts
 };
 
