@@ -75,6 +75,25 @@ TEST(Ops, MatmulMatchesFormulaForEveryWeightType) {
     }
 }
 
+// One token through a Q8_0 matrix takes a fused path; it must round exactly as several tokens
+// do (a speculative verification of K tokens and a one-token decode give the same logits).
+TEST(Ops, OneTokenQ8MatmulIsBitwiseTheBatchedOne) {
+    const int64_t rows = 37, cols = 256, T = 4;
+    auto wf = randn(size_t(rows * cols), 5);
+    auto x = randn(size_t(T * cols), 6);
+    size_t rb = cpu::row_bytes(gguf::TensorType::Q8_0, cols);
+    std::vector<uint8_t> bytes(rb * rows);
+    for (int64_t r = 0; r < rows; ++r)
+        cpu::quantize_row(gguf::TensorType::Q8_0, &wf[size_t(r * cols)], cols, &bytes[rb * size_t(r)]);
+    Mat m{gguf::TensorType::Q8_0, rows, cols, rb, bytes.data()};
+    std::vector<float> batched(static_cast<size_t>(T * rows)), one(static_cast<size_t>(rows));
+    cpu::matmul(x.data(), T, m, batched.data());
+    for (int64_t t = 0; t < T; ++t) {
+        cpu::matmul(&x[size_t(t * cols)], 1, m, one.data());
+        for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(one[size_t(r)], batched[size_t(t * rows + r)]) << t << " " << r;
+    }
+}
+
 TEST(Rope, PlainFrequencies) {
     RopeParams p;
     p.theta = 10000;
