@@ -37,13 +37,37 @@ MtpDrafter::MtpDrafter(const Model& model) : model_(model), state_(model.mtp_con
     cost_ = t > 0 ? mtp_step_bytes(model) / t : 1.0;
 }
 
-void MtpDrafter::feed(const float* hidden, const int32_t* next, int64_t n) {
+void MtpDrafter::queue(const float* hidden, const int32_t* next, int64_t n) {
     const ModelConfig& c = model_.config();
+    const int64_t nD = int64_t(c.hc_mult) * c.hidden, keep = c.window;
+    if (q_next_.empty()) q_pos_ = state_.pos;
+    q_hidden_.insert(q_hidden_.end(), hidden, hidden + n * nD);
+    q_next_.insert(q_next_.end(), next, next + n);
+    const int64_t excess = int64_t(q_next_.size()) - keep;
+    if (excess > 0) {  // the block never reads them again: its window is `keep` rows
+        q_hidden_.erase(q_hidden_.begin(), q_hidden_.begin() + excess * nD);
+        q_next_.erase(q_next_.begin(), q_next_.begin() + excess);
+        q_pos_ += excess;
+        q_dropped_ = true;
+    }
+}
+
+void MtpDrafter::flush() {
+    if (q_next_.empty()) return;
+    if (q_dropped_) {  // start the block's State again at the first queued position
+        state_ = State(model_.mtp_config());
+        state_.pos = q_pos_;
+        q_dropped_ = false;
+    }
+    const ModelConfig& c = model_.config();
+    const int64_t n = int64_t(q_next_.size());
     out_.resize(size_t(c.hc_mult) * size_t(c.hidden));
     ForwardOptions fo{Logits::None};
     fo.hidden = out_.data();
     fo.hidden_from = n - 1;
-    model_.mtp_forward(hidden, next, n, state_, nullptr, fo);
+    model_.mtp_forward(q_hidden_.data(), q_next_.data(), n, state_, nullptr, fo);
+    q_hidden_.clear();
+    q_next_.clear();
     ready_ = true;
 }
 
@@ -57,12 +81,17 @@ void MtpDrafter::start(const StartContext& ctx) {
     state_.pos = N - 1 - K;
     proposed_ = false;
     ready_ = false;
-    if (K > 0) feed(ctx.hidden.data + (ctx.hidden.rows - K) * ctx.hidden.width, ctx.tokens.data() + (N - K), K);
+    q_hidden_.clear();
+    q_next_.clear();
+    q_dropped_ = false;
+    if (K > 0) queue(ctx.hidden.data + (ctx.hidden.rows - K) * ctx.hidden.width, ctx.tokens.data() + (N - K), K);
 }
 
 void MtpDrafter::propose(const DraftRequest& req, Draft& draft) {
     draft.clear();
-    if (!ready_ || req.max_tokens <= 0) return;
+    if (req.max_tokens <= 0) return;
+    flush();
+    if (!ready_) return;
     const ModelConfig& c = model_.config();
     const int64_t nD = int64_t(c.hc_mult) * c.hidden;
     logits_.resize(size_t(c.vocab));
@@ -88,7 +117,7 @@ void MtpDrafter::extend(std::span<const int32_t> tokens, const HiddenRows& hidde
         fail("mtp: extend() needs one row of target streams per committed token");
     if (proposed_) state_.rewind(mark_);  // drop the chained steps: the true streams replace them
     proposed_ = false;
-    feed(hidden.data, tokens.data(), int64_t(tokens.size()));
+    queue(hidden.data, tokens.data(), int64_t(tokens.size()));
 }
 
 }  // namespace dsv4::spec
