@@ -23,6 +23,7 @@ namespace {
 struct ServeArgs {
     std::string model, host = "127.0.0.1", name, api_key, spec = "off", trace;
     int spec_cap = spec::ControllerOptions{}.cap;
+    double spec_verify_cost = spec::ControllerOptions{}.verify_cost;
     std::vector<std::string> aliases;
     int port = 8080;
     long ctx = 0, parallel = 2, max_queue = 64, cache_mib = 1024, cache_entries = 32, max_tokens = 4096;
@@ -65,6 +66,7 @@ int run_serve(ServeArgs& a) {
     const spec::DrafterFactory drafters(spec_choice, model, o.scheduler.prefill);
     o.scheduler.drafters = &drafters;
     o.scheduler.spec.cap = a.spec_cap;
+    o.scheduler.spec.verify_cost = a.spec_verify_cost;
     o.scheduler.spec.validate();
     if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
 
@@ -119,6 +121,9 @@ CommandRunner setup(CLI::App& app) {
     c->add_option("--spec", a->spec, "speculative decoding: off | mtp | draft:FILE | dspark:FILE (one drafter per session)")
         ->capture_default_str();
     c->add_option("--spec-cap", a->spec_cap, "speculative decoding: most draft tokens per round")->capture_default_str();
+    c->add_option("--spec-verify-cost", a->spec_verify_cost,
+                  "speculative decoding: the cost of one more verified token, in one-token forwards")
+        ->capture_default_str();
     c->add_option("--trace", a->trace, "record a Chrome/Perfetto trace until shutdown; written here on exit");
     c->add_option("--band", a->band, "prefill band (tokens attended together)")->check(CLI::PositiveNumber);
     c->add_option("--frontier", a->frontier, "bands per prefill step")->check(CLI::PositiveNumber);
