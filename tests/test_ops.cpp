@@ -75,10 +75,10 @@ TEST(Ops, MatmulMatchesFormulaForEveryWeightType) {
     }
 }
 
-// One token through a Q8_0 matrix takes a fused path; it must round exactly as several tokens
-// do (a speculative verification of K tokens and a one-token decode give the same logits).
-TEST(Ops, OneTokenQ8MatmulIsBitwiseTheBatchedOne) {
-    const int64_t rows = 37, cols = 256, T = 4;
+// Up to 8 tokens through a Q8_0 matrix take a fused path; it must round exactly as the
+// dequantising path of more tokens does (decode, verification and prefill give the same logits).
+TEST(Ops, FusedQ8MatmulIsBitwiseTheBatchedOne) {
+    const int64_t rows = 37, cols = 256, T = 12;
     auto wf = randn(size_t(rows * cols), 5);
     auto x = randn(size_t(T * cols), 6);
     size_t rb = cpu::row_bytes(gguf::TensorType::Q8_0, cols);
@@ -92,6 +92,9 @@ TEST(Ops, OneTokenQ8MatmulIsBitwiseTheBatchedOne) {
         cpu::matmul(&x[size_t(t * cols)], 1, m, one.data());
         for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(one[size_t(r)], batched[size_t(t * rows + r)]) << t << " " << r;
     }
+    std::vector<float> five(static_cast<size_t>(5 * rows));  // a verification-sized batch
+    cpu::matmul(&x[size_t(3 * cols)], 5, m, five.data());
+    for (int64_t i = 0; i < 5 * rows; ++i) ASSERT_EQ(five[size_t(i)], batched[size_t(3 * rows + i)]) << i;
 }
 
 TEST(Rope, PlainFrequencies) {
