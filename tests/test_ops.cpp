@@ -75,8 +75,8 @@ TEST(Ops, MatmulMatchesFormulaForEveryWeightType) {
     }
 }
 
-// Up to 8 tokens through a Q8_0 matrix take a fused path; it must round exactly as the
-// dequantising path of more tokens does (decode, verification and prefill give the same logits).
+// One token through a Q8_0 matrix takes a fused path; it must round exactly as the
+// dequantising path of several tokens does (decode, verification and prefill give the same logits).
 TEST(Ops, FusedQ8MatmulIsBitwiseTheBatchedOne) {
     const int64_t rows = 37, cols = 256, T = 12;
     auto wf = randn(size_t(rows * cols), 5);

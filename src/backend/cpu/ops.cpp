@@ -37,30 +37,22 @@ float dot(const float* a, const float* b, int64_t n) {
 }
 
 namespace {
-// For T <= 8 tokens: y[t] = dot(x_t, dequant_row(Q8_0 row)) without the row buffer, bitwise
-// equal to it: the same products d * q, the same eight lanes per token (32 is a multiple of 8),
-// the same final sum; so a one-token decode, a K-token verification and a prefill round every
-// logit the same way. Each weight is decoded once for all T tokens.
-constexpr int kFusedTokens = 8;
-void dot_q8_0(const float* x, int64_t ldx, int64_t T, const uint8_t* row, int64_t K, float* y, int64_t ldy) {
-    float s[kFusedTokens][8] = {};
+// dot(x, dequant_row(Q8_0 row)) without the row buffer, bitwise equal to it: the same products
+// d * q, the same eight lanes (32 is a multiple of 8) and the same final sum, so a one-token
+// decode and a K-token verification round to the same logits.
+float dot_q8_0(const float* x, const uint8_t* row, int64_t K) {
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t b = 0; b < K / 32; ++b) {
         const uint8_t* blk = row + 34 * b;
         uint16_t h;
         std::memcpy(&h, blk, 2);
         const float d = f16_to_f32(h);
         const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
-        for (int j = 0; j < 32; j += 8) {
-            float w[8];
-            for (int k = 0; k < 8; ++k) w[k] = d * float(q[j + k]);
-            for (int64_t t = 0; t < T; ++t) {
-                const float* xb = x + t * ldx + 32 * b + j;
-                for (int k = 0; k < 8; ++k) s[t][k] += xb[k] * w[k];
-            }
-        }
+        const float* xb = x + 32 * b;
+        for (int j = 0; j < 32; j += 8)
+            for (int k = 0; k < 8; ++k) s[k] += xb[j + k] * (d * float(q[j + k]));
     }
-    for (int64_t t = 0; t < T; ++t)
-        y[t * ldy] = ((s[t][0] + s[t][1]) + (s[t][2] + s[t][3])) + ((s[t][4] + s[t][5]) + (s[t][6] + s[t][7])) + 0.0f;
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + 0.0f;
 }
 
 // Rows per chunk: at least 4, and enough that a chunk is ~64K multiply-adds, so that the small
@@ -78,8 +70,8 @@ void matmul(const float* x, int64_t ldx, int64_t T, const Mat& w, int64_t r0, in
     parallel_for(static_cast<size_t>(r1 - r0), [&](size_t b, size_t e) {
         std::vector<float> row(static_cast<size_t>(K));
         for (size_t r = b; r < e; ++r) {
-            if (T <= kFusedTokens && w.type == TensorType::Q8_0 && K % 32 == 0) {
-                dot_q8_0(x, ldx, T, w.row(r0 + int64_t(r)), K, y + int64_t(r), ldy);
+            if (T == 1 && w.type == TensorType::Q8_0 && K % 32 == 0) {
+                y[int64_t(r)] = dot_q8_0(x, w.row(r0 + int64_t(r)), K);
                 continue;
             }
             const float* wr;
