@@ -201,11 +201,7 @@ public:
 
     GenRequest parse(const json& body, const RequestLimits& lim) const override {
         Obj o(body, "");
-        GenRequest g;
-        g.kind = GenRequest::Kind::Chat;
-        g.sampling = lim.sampling;
-        g.thinking = lim.thinking;
-        g.model = o.req_str("model");
+        GenRequest g = chat_request(o, lim);
         g.max_tokens = parse_max_tokens(o, "max_tokens", lim);
         if (!g.max_tokens) bad_request("missing required field 'max_tokens'", "max_tokens");
         if (const json* sys = o.get("system")) {

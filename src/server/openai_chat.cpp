@@ -33,20 +33,7 @@ ChatMessage parse_message(const json& v, const std::string& path) {
             Obj c((*calls)[i], index_path(m.path("tool_calls"), i));
             if (auto type = c.opt_str("type"); type && *type != "function")
                 bad_request(cat(c.path("type"), ": '", *type, "' is not a tool call type (only 'function')"), c.path("type"));
-            Obj f = c.req_obj("function");
-            ToolCall tc;
-            tc.name = f.req_str("name");
-            tc.arguments = f.opt_str("arguments").value_or("{}");
-            if (tc.arguments.empty()) tc.arguments = "{}";
-            json args;
-            try {
-                args = json::parse(tc.arguments);
-            } catch (const json::exception&) {
-                bad_request(cat(f.path("arguments"), ": not valid JSON: ", tc.arguments.substr(0, 200)), f.path("arguments"));
-            }
-            if (!args.is_object())
-                bad_request(cat(f.path("arguments"), ": must be a JSON object, got ", json_kind(args)), f.path("arguments"));
-            cm.tool_calls.push_back(std::move(tc));
+            cm.tool_calls.push_back(parse_function_call(c.req_obj("function")));
         }
     }
     return cm;
@@ -174,11 +161,7 @@ public:
 
     GenRequest parse(const json& body, const RequestLimits& lim) const override {
         Obj o(body, "");
-        GenRequest g;
-        g.kind = GenRequest::Kind::Chat;
-        g.sampling = lim.sampling;
-        g.thinking = lim.thinking;
-        g.model = o.req_str("model");
+        GenRequest g = chat_request(o, lim);
         const json& msgs = o.req_array("messages");
         if (msgs.empty()) bad_request("messages: must contain at least one message", "messages");
         for (size_t i = 0; i < msgs.size(); ++i) g.messages.push_back(parse_message(msgs[i], index_path("messages", i)));

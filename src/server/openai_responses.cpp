@@ -51,19 +51,7 @@ void parse_item(const json& v, const std::string& path, InputState& st) {
                         it.path("role"));
         }
     } else if (type == "function_call") {
-        ToolCall tc;
-        tc.name = it.req_str("name");
-        tc.arguments = it.opt_str("arguments").value_or("{}");
-        if (tc.arguments.empty()) tc.arguments = "{}";
-        json args;
-        try {
-            args = json::parse(tc.arguments);
-        } catch (const json::exception&) {
-            bad_request(cat(it.path("arguments"), ": not valid JSON: ", tc.arguments.substr(0, 200)), it.path("arguments"));
-        }
-        if (!args.is_object())
-            bad_request(cat(it.path("arguments"), ": must be a JSON object, got ", json_kind(args)), it.path("arguments"));
-        st.assistant_turn().tool_calls.push_back(std::move(tc));
+        st.assistant_turn().tool_calls.push_back(parse_function_call(it));
     } else if (type == "function_call_output") {
         it.req_str("call_id");
         const json* output = it.get("output");
@@ -278,11 +266,7 @@ public:
 
     GenRequest parse(const json& body, const RequestLimits& lim) const override {
         Obj o(body, "");
-        GenRequest g;
-        g.kind = GenRequest::Kind::Chat;
-        g.sampling = lim.sampling;
-        g.thinking = lim.thinking;
-        g.model = o.req_str("model");
+        GenRequest g = chat_request(o, lim);
         if (o.has("previous_response_id"))
             bad_request("previous_response_id: responses are not stored by this server; send the whole conversation "
                         "in 'input' (its prefix is cached, so that is cheap)",

@@ -101,6 +101,31 @@ void apply_reasoning_effort(const std::string& effort, const std::string& path, 
     }
 }
 
+GenRequest chat_request(const Obj& o, const RequestLimits& lim) {
+    GenRequest g;
+    g.kind = GenRequest::Kind::Chat;
+    g.sampling = lim.sampling;
+    g.thinking = lim.thinking;
+    g.model = o.req_str("model");
+    return g;
+}
+
+ToolCall parse_function_call(const Obj& o) {
+    ToolCall tc;
+    tc.name = o.req_str("name");
+    tc.arguments = o.opt_str("arguments").value_or("{}");
+    if (tc.arguments.empty()) tc.arguments = "{}";
+    json args;
+    try {
+        args = json::parse(tc.arguments);
+    } catch (const json::exception&) {
+        bad_request(cat(o.path("arguments"), ": not valid JSON: ", tc.arguments.substr(0, 200)), o.path("arguments"));
+    }
+    if (!args.is_object())
+        bad_request(cat(o.path("arguments"), ": must be a JSON object, got ", json_kind(args)), o.path("arguments"));
+    return tc;
+}
+
 std::string check_function_tools(const json& tools, const std::string& path) {
     if (!tools.is_array()) bad_request(cat(path, ": expected an array, got ", json_kind(tools)), path);
     for (size_t i = 0; i < tools.size(); ++i) {

@@ -9,6 +9,9 @@
 
 namespace dsv4::server {
 
+// A chat request with the server's defaults (sampling, thinking) and the required "model".
+GenRequest chat_request(const Obj& o, const RequestLimits& lim);
+
 // temperature (in [0, temp_max]), top_p, top_k, min_p, seed, and the llama.cpp-style extensions
 // repeat_penalty / repeat_last_n / ignore_eos, over the server defaults already in g.sampling. OpenAI's
 // presence/frequency penalties are additive, which this sampler does not do: a non-zero one is
@@ -29,6 +32,11 @@ std::string content_text(const json& content, const std::string& path);
 // A reasoning-effort word to (thinking, effort): "none"/"minimal" turn thinking off, "low",
 // "medium", "high" on, "max"/"xhigh" on with the template's maximum-effort preamble.
 void apply_reasoning_effort(const std::string& effort, const std::string& path, GenRequest& g);
+
+// A function call of an earlier assistant turn: name (required) and its arguments string (absent
+// or empty: "{}"), which must hold a JSON object. `o` is the object holding both fields (OpenAI
+// chat's "function", a Responses "function_call" item).
+ToolCall parse_function_call(const Obj& o);
 
 // {"type": "function", "function": {"name", "description", "parameters"}} tools as the template
 // wants them; `tools` is already that shape (OpenAI chat) and is checked here.
