@@ -5,10 +5,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/convert_hf.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "test_util.h"
 
 namespace dsv4::test {
@@ -44,6 +50,41 @@ inline std::string convert_fixture(const std::string& name, const std::filesyste
     o.quiet = true;
     convert_hf(o);
     return o.out_path;
+}
+
+// The byte-level test tokenizer (tests/fixtures/byte_tokenizer), small enough for every fixture.
+inline std::string byte_tokenizer_json() {
+    return (fixture_dir("byte_tokenizer") / "tokenizer.json").string();
+}
+
+// A checkpoint converted with the byte-level tokenizer embedded (generate() needs one) and loaded;
+// the GGUF's temp folder goes at once (the mapping stays valid after the unlink).
+struct TextModel {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Tokenizer> tok;
+};
+inline TextModel load_text_model(const std::string& hf_dir, gguf::TensorType dtype = gguf::TensorType::F32) {
+    TempDir dir;
+    ConvertOptions o;
+    o.hf_dir = hf_dir;
+    o.out_path = dir.file("m.gguf");
+    o.tokenizer_json = byte_tokenizer_json();
+    o.dtype = dtype;
+    o.quiet = true;
+    convert_hf(o);
+    TextModel m;
+    m.model = std::make_unique<Model>(o.out_path);
+    m.tok = std::make_unique<Tokenizer>(m.model->file());
+    return m;
+}
+// A fixture as a TextModel, loaded once per (fixture, weight type) for the whole test binary.
+inline const TextModel& text_fixture(const std::string& name, gguf::TensorType dtype = gguf::TensorType::F32) {
+    static std::mutex mu;  // tests with threads (the server's) may ask at once
+    static std::map<std::pair<std::string, int>, TextModel> cache;
+    std::lock_guard<std::mutex> lock(mu);
+    TextModel& m = cache[{name, int(dtype)}];
+    if (!m.model) m = load_text_model(fixture_dir(name).string(), dtype);
+    return m;
 }
 
 }  // namespace dsv4::test

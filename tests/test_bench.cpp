@@ -27,7 +27,7 @@ struct Files {
         ConvertOptions o;
         o.hf_dir = test::fixture_dir("mini_flash").string();
         o.out_path = dir.file("m.gguf");
-        o.tokenizer_json = (test::fixture_dir("byte_tokenizer") / "tokenizer.json").string();
+        o.tokenizer_json = test::byte_tokenizer_json();
         o.quiet = true;
         convert_hf(o);
         model = o.out_path;

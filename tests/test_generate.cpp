@@ -16,31 +16,11 @@ using namespace dsv4;
 
 namespace {
 
-std::string byte_tokenizer_json() {
-    return (test::fixture_dir("byte_tokenizer") / "tokenizer.json").string();
-}
+using test::byte_tokenizer_json;
+using Loaded = test::TextModel;
 
 // mini_flash with the byte tokenizer embedded, loaded once.
-struct Loaded {
-    std::unique_ptr<Model> model;
-    std::unique_ptr<Tokenizer> tok;
-};
-const Loaded& loaded() {
-    static Loaded l = [] {
-        test::TempDir dir;
-        ConvertOptions o;
-        o.hf_dir = test::fixture_dir("mini_flash").string();
-        o.out_path = dir.file("m.gguf");
-        o.tokenizer_json = byte_tokenizer_json();
-        o.quiet = true;
-        convert_hf(o);
-        Loaded r;
-        r.model = std::make_unique<Model>(o.out_path);
-        r.tok = std::make_unique<Tokenizer>(r.model->file());
-        return r;
-    }();
-    return l;
-}
+const Loaded& loaded() { return test::text_fixture("mini_flash"); }
 
 PrefillOptions no_admission(int64_t band = 2048) {
     PrefillOptions o;

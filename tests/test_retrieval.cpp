@@ -34,26 +34,8 @@ uint32_t crc32(const std::string& s) {
     return ~c;
 }
 
-struct Loaded {
-    std::unique_ptr<Model> model;
-    std::unique_ptr<Tokenizer> tok;
-};
-const Loaded& loaded() {
-    static Loaded l = [] {
-        test::TempDir dir;
-        ConvertOptions o;
-        o.hf_dir = test::fixture_dir("mini_flash").string();
-        o.out_path = dir.file("m.gguf");
-        o.tokenizer_json = (test::fixture_dir("byte_tokenizer") / "tokenizer.json").string();
-        o.quiet = true;
-        convert_hf(o);
-        Loaded r;
-        r.model = std::make_unique<Model>(o.out_path);
-        r.tok = std::make_unique<Tokenizer>(r.model->file());
-        return r;
-    }();
-    return l;
-}
+using Loaded = test::TextModel;
+const Loaded& loaded() { return test::text_fixture("mini_flash"); }
 
 }  // namespace
 

@@ -14,7 +14,7 @@ TEST(ServerSpec, GreedyAnswersEqualPlainOnesAndTimingsSayHowItWent) {
     ConvertOptions o;
     o.hf_dir = fixture_dir("mini_flash").string();
     o.out_path = dir.file("draft.gguf");
-    o.tokenizer_json = (fixture_dir("byte_tokenizer") / "tokenizer.json").string();
+    o.tokenizer_json = byte_tokenizer_json();
     o.quiet = true;
     convert_hf(o);
     spec::DrafterFactory drafters(spec::parse_spec("draft:" + o.out_path), *test_model().model);

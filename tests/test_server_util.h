@@ -21,27 +21,8 @@ namespace dsv4::test {
 
 using nlohmann::json;
 
-struct TestModel {
-    std::unique_ptr<Model> model;
-    std::unique_ptr<Tokenizer> tok;
-};
-
-inline const TestModel& test_model() {
-    static TestModel m = [] {
-        TempDir dir;
-        ConvertOptions o;
-        o.hf_dir = fixture_dir("mini_flash").string();
-        o.out_path = dir.file("m.gguf");
-        o.tokenizer_json = (fixture_dir("byte_tokenizer") / "tokenizer.json").string();
-        o.quiet = true;
-        convert_hf(o);
-        TestModel r;
-        r.model = std::make_unique<Model>(o.out_path);  // mmapped: the file may go
-        r.tok = std::make_unique<Tokenizer>(r.model->file());
-        return r;
-    }();
-    return m;
-}
+using TestModel = TextModel;
+inline const TestModel& test_model() { return text_fixture("mini_flash"); }
 
 inline constexpr const char* kModelName = "test-model";
 

@@ -32,26 +32,9 @@ namespace {
 
 // A fixture converted with the byte-level test tokenizer embedded (generate() needs one), at a
 // weight type; loaded once per (fixture, type) for the whole binary.
-struct Loaded {
-    std::unique_ptr<Model> model;
-    std::unique_ptr<Tokenizer> tok;
-};
+using Loaded = test::TextModel;
 const Loaded& loaded(const std::string& fixture, gguf::TensorType dtype = gguf::TensorType::F32) {
-    static std::map<std::pair<std::string, int>, Loaded> cache;
-    Loaded& l = cache[{fixture, int(dtype)}];
-    if (!l.model) {
-        test::TempDir dir;  // removed after loading: the mapping stays valid after the unlink
-        ConvertOptions o;
-        o.hf_dir = test::fixture_dir(fixture).string();
-        o.out_path = dir.file("m.gguf");
-        o.tokenizer_json = (test::fixture_dir("byte_tokenizer") / "tokenizer.json").string();
-        o.dtype = dtype;
-        o.quiet = true;
-        convert_hf(o);
-        l.model = std::make_unique<Model>(o.out_path);
-        l.tok = std::make_unique<Tokenizer>(l.model->file());
-    }
-    return l;
+    return test::text_fixture(fixture, dtype);
 }
 
 PrefillOptions no_admission(int64_t band = 2048) {
@@ -388,16 +371,7 @@ Loaded load_with_context(const std::string& fixture, int ctx, const test::TempDi
     nlohmann::json cfg = nlohmann::json::parse(test::read_text((src / "config.json").string()));
     cfg["max_position_embeddings"] = ctx;
     test::write_file((hf / "config.json").string(), cfg.dump());
-    ConvertOptions o;
-    o.hf_dir = hf.string();
-    o.out_path = (hf / "m.gguf").string();
-    o.tokenizer_json = (test::fixture_dir("byte_tokenizer") / "tokenizer.json").string();
-    o.quiet = true;
-    convert_hf(o);
-    Loaded l;
-    l.model = std::make_unique<Model>(o.out_path);
-    l.tok = std::make_unique<Tokenizer>(l.model->file());
-    return l;
+    return test::load_text_model(hf.string());
 }
 }  // namespace
 
