@@ -2,6 +2,7 @@
 // that run the engine on them.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,9 +20,14 @@
 
 namespace dsv4::test {
 
-inline std::filesystem::path fixture_dir(const std::string& name) {
-    return std::filesystem::path(DSV4_SOURCE_DIR) / "tests" / "fixtures" / name;
+// The source tree: $DSV4_SOURCE_DIR when set (binaries built on one machine and run on another,
+// like the device tests on the GPU machine), else where this build was configured.
+inline std::filesystem::path source_dir() {
+    const char* e = std::getenv("DSV4_SOURCE_DIR");
+    return std::filesystem::path(e && *e ? e : DSV4_SOURCE_DIR);
 }
+
+inline std::filesystem::path fixture_dir(const std::string& name) { return source_dir() / "tests" / "fixtures" / name; }
 
 // tokens.txt: the fixture's token ids.
 inline std::vector<int32_t> fixture_tokens(const std::string& name) {

@@ -188,3 +188,20 @@ TEST(Conversion, NarrowTypesStillAgreeWithTheReference) {
         EXPECT_LT(max_diff, max_ref) << gguf::type_name(type);
     }
 }
+
+// The CPU-only engine has no device backend registered: asking for one is a usage error that
+// names it (the front end registers "cuda" when the build has it).
+TEST(Backend, UnavailableBackendIsAUsageErrorNamingIt) {
+    TempDir tmp;
+    const std::string path = convert_fixture("mini_flash", tmp.path());
+    auto message = [&](const std::string& backend) {
+        try {
+            Model m(path, backend);
+        } catch (const UsageError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(message("cuda").find("no CUDA backend"), std::string::npos) << message("cuda");
+    EXPECT_NE(message("tpu").find("--backend tpu: unknown backend"), std::string::npos) << message("tpu");
+}

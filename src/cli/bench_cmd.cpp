@@ -18,12 +18,16 @@
 #include "runtime/bench_roofline.h"
 #include "runtime/receipt.h"
 #include "tokenizer/tokenizer.h"
+#ifdef DSV4_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace dsv4::cli {
 
 namespace {
 struct BenchArgs {
-    std::string model, synthetic, a, b, json, trace;
+    std::string model, synthetic, a, b, json, trace, experts = "q2_k", dense = "q8_0";
+    int layers = 0;
     std::string filler = std::string(DSV4_SOURCE_DIR) + "/models/retrieval_filler.txt";
     long prompt = 512, gen = 64, repeats = 3;
     unsigned long long seed = 1;
@@ -39,9 +43,36 @@ std::string read_text(const std::string& path) {
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+#ifdef DSV4_HAVE_CUDA
+gguf::TensorType weight_type(const std::string& name, const std::string& what) {
+    if (name == "q8_0") return gguf::TensorType::Q8_0;
+    if (name == "q2_k") return gguf::TensorType::Q2_K;
+    if (name == "mxfp4") return gguf::TensorType::MXFP4;
+    if (name == "bf16") return gguf::TensorType::BF16;
+    if (name == "f16") return gguf::TensorType::F16;
+    throw UsageError(cat(what, " ", name, ": not a weight type (q8_0, q2_k, mxfp4, bf16, f16)"));
+}
+#endif
+
+// A synthetic model (random weights made on the device), keyed like a model file.
+std::unique_ptr<Model> open_synthetic(const BenchArgs& args) {
+#ifdef DSV4_HAVE_CUDA
+    cuda::SyntheticOptions o;
+    o.shape = args.synthetic;
+    o.layers = args.layers;
+    o.experts = weight_type(args.experts, "--experts");
+    o.dense = weight_type(args.dense, "--dense");
+    o.seed = args.seed;
+    std::fprintf(stderr, "bench: making %s with random weights on the device...\n", args.synthetic.c_str());
+    return cuda::make_synthetic_model(o);
+#else
+    throw UsageError(cat("--synthetic ", args.synthetic, ": synthetic models run on the CUDA backend, which this "
+                         "build does not have"));
+#endif
+}
+
 int run_bench(const BenchArgs& args) {
-    if (!args.synthetic.empty())
-        throw UsageError(cat("--synthetic ", args.synthetic, ": synthetic models are not in this build yet (use --model)"));
+    if (args.synthetic.empty() && args.layers) throw UsageError("--layers needs --synthetic");
     if (args.compare && args.b.empty()) throw UsageError("--compare needs the two arms: --a OPTS --b OPTS");
     std::vector<ArmOptions> opts = {parse_arm(args.a, "--a")};
     if (!args.b.empty()) opts.push_back(parse_arm(args.b, "--b"));
@@ -53,10 +84,14 @@ int run_bench(const BenchArgs& args) {
     std::vector<std::unique_ptr<spec::DrafterFactory>> drafters;
     std::vector<std::unique_ptr<Tokenizer>> tokenizers;
     for (const ArmOptions& o : opts) {
-        std::string p = arm_model_path(o, args.model);
-        if (!models.count(p)) models[p] = std::make_unique<Model>(p);
+        std::string p = args.synthetic.empty() ? arm_model_path(o, args.model) : "synthetic:" + args.synthetic;
+        const std::string key = p + "@" + o.backend;
+        if (!args.synthetic.empty() && o.backend != "cuda")
+            throw UsageError(cat("--synthetic: every arm runs on the CUDA backend (add backend=cuda to --a/--b)"));
+        if (!models.count(key))
+            models[key] = args.synthetic.empty() ? std::make_unique<Model>(p, o.backend) : open_synthetic(args);
         paths.push_back(p);
-        BenchArm arm{models[p].get(), arm_prefill_options(o), {}};
+        BenchArm arm{models[key].get(), arm_prefill_options(o), {}};
         drafters.push_back(std::make_unique<spec::DrafterFactory>(spec::parse_spec(o.spec), *arm.model, arm.prefill));
         if (drafters.back()->enabled()) {
             if (!has_tokenizer(arm.model->file())) fail(p, ": speculative arms need a model file with a tokenizer");
@@ -76,7 +111,7 @@ int run_bench(const BenchArgs& args) {
     // Text when the model has a tokenizer and the filler file is there, else random ids.
     std::unique_ptr<Tokenizer> tok;
     std::string filler, prompt_source = "random ids (seed " + std::to_string(args.seed) + ")";
-    if (has_tokenizer(first.file())) {
+    if (first.has_file() && has_tokenizer(first.file())) {
         filler = read_text(args.filler);
         if (!filler.empty()) {
             tok = std::make_unique<Tokenizer>(first.file());
@@ -85,8 +120,33 @@ int run_bench(const BenchArgs& args) {
     }
     std::vector<int32_t> prompt = bench_prompt(first.config().vocab, tok.get(), filler, args.prompt, args.seed);
 
+    // The ceilings of the device the arms run on, measured in this run (the CPU's, or the GPU's
+    // through the backend when the arms run there).
+    const ForwardBackend* device = first.backend();
+    for (const BenchArm& a : arms)
+        if ((a.model->backend() != nullptr) != (device != nullptr))
+            throw UsageError("bench: both arms run on the same backend (the roofline is one device's)");
     MachinePeak peak;
-    if (!args.no_roofline) peak = measure_machine();
+    std::string peak_method;
+    if (!args.no_roofline) {
+        if (device) {
+            ForwardBackend::Peak p = device->measure_peak();
+            peak.read_bytes_s = p.read_bytes_s;
+            peak.flop_s = p.flop_s;
+            peak_method = p.method;
+        } else {
+            peak = measure_machine();
+        }
+    }
+    auto traffic_of = [](const Model& m) {
+        if (!m.backend()) return model_traffic(m);
+        return ModelTraffic{m.backend()->decode_bytes_per_token(), m.backend()->prefill_flop_per_token()};
+    };
+    auto model_desc = [&](const Model& m, const std::string& path) -> nlohmann::json {
+        if (m.has_file()) return model_json(path);
+        return {{"synthetic", m.name()}, {"layers", m.config().n_layers},
+                {"weight_bytes", m.backend()->weight_bytes()}};
+    };
 
     if (!args.trace.empty()) trace::start(args.trace);
     const int64_t n_runs = int64_t(arms.size()) * (args.repeats + 1);
@@ -109,14 +169,15 @@ int run_bench(const BenchArgs& args) {
 
     nlohmann::json j = receipt_header(DSV4_SOURCE_DIR, own_command_line());
     j["kind"] = "bench";
-    j["model"] = model_json(paths[0]);
+    j["model"] = model_desc(first, paths[0]);
+    j["backend"] = first.backend_name();
+    if (device) j["device"] = {{"gpu", device->device()}, {"host", j["device"]}};
     j["prompt_tokens"] = int64_t(prompt.size());
     j["gen_tokens"] = args.gen;
     j["repeats"] = args.repeats;
     j["prompt_source"] = prompt_source;
     j["order"] = arms.size() == 2 ? "cold A, cold B, then A B per repeat" : "cold, then repeats";
     if (!args.no_roofline) j["roofline"] = nullptr;
-    j["peak_device_bytes"] = nullptr;  // no device backend in this build
     nlohmann::json arm_rows = nlohmann::json::array();
     for (size_t a = 0; a < arms.size(); ++a) {
         std::vector<double> pre, dec;
@@ -136,7 +197,7 @@ int run_bench(const BenchArgs& args) {
         }
         Spread sp = spread(pre), sd = spread(dec);
         nlohmann::json row = arm_json(opts[a], paths[a]);
-        row["model"] = a == 0 || paths[a] != paths[0] ? model_json(paths[a]) : j["model"];
+        row["model"] = a == 0 || paths[a] != paths[0] ? model_desc(*arms[a].model, paths[a]) : j["model"];
         row["cold"] = {{"prefill_tok_s", cold->prefill_tok_s}, {"decode_tok_s", cold->decode_tok_s},
                        {"prefill_s", cold->prefill_s}, {"decode_s", cold->decode_s}};
         row["warm"] = {{"prefill_tok_s", spread_json(sp)}, {"decode_tok_s", spread_json(sd)}};
@@ -145,7 +206,10 @@ int run_bench(const BenchArgs& args) {
         row["prompt_tokens"] = int64_t(prompt.size());
         row["gen_tokens"] = args.gen;
         row["peak_host_bytes"] = peak_bytes;
-        row["peak_device_bytes"] = nullptr;
+        if (const ForwardBackend* b = arms[a].model->backend())
+            row["peak_device_bytes"] = b->peak_device_bytes();
+        else
+            row["peak_device_bytes"] = nullptr;
         row["greedy_tokens_equal_across_runs"] = same_tokens;
         // Speculative figures of the warm runs added up (the cold run's are in "cold").
         spec::SpecStats warm_spec;
@@ -153,8 +217,9 @@ int run_bench(const BenchArgs& args) {
             if (r.arm == int(a) && !r.cold) warm_spec.add(r.spec);
         row["spec_stats"] = spec::to_json(warm_spec);
         if (!args.no_roofline) {
-            ModelTraffic t = model_traffic(*arms[a].model);
+            ModelTraffic t = traffic_of(*arms[a].model);
             row["roofline"] = roofline_json(t, peak);
+            if (device) row["roofline"]["method"] = peak_method;
             row["decode_roofline_pct"] =
                 peak.read_bytes_s > 0 ? 100.0 * t.decode_bytes_per_token * sd.median / peak.read_bytes_s : 0.0;
             row["prefill_roofline_pct"] =
@@ -175,7 +240,8 @@ int run_bench(const BenchArgs& args) {
     }
     j["arms"] = arm_rows;
     // The single-arm figures at the top level, under the DESIGN.md key names.
-    for (const char* k : {"prefill_tok_s", "decode_tok_s", "peak_host_bytes", "prefill_roofline_pct", "decode_roofline_pct"})
+    for (const char* k : {"prefill_tok_s", "decode_tok_s", "peak_host_bytes", "peak_device_bytes", "prefill_roofline_pct",
+                          "decode_roofline_pct"})
         j[k] = arm_rows[0][k];
     if (!args.no_roofline) j["roofline"] = arm_rows[0]["roofline"];
     if (arms.size() == 2) {
@@ -214,7 +280,12 @@ CommandRunner setup(CLI::App& app) {
     auto a = std::make_shared<BenchArgs>();
     CLI::App* c = app.add_subcommand("bench", "time prefill and decode (cold, warm repeats; --b compares two arms A B A B)");
     auto* m = c->add_option("--model", a->model, "GGUF model file (default: the embedded model)");
-    c->add_option("--synthetic", a->synthetic, "a synthetic model by name (not in this build yet)")->excludes(m);
+    c->add_option("--synthetic", a->synthetic, "a synthetic model by name (flash), random weights on the GPU")
+        ->excludes(m);
+    c->add_option("--layers", a->layers, "with --synthetic: the first N layers of the shape (0 = all)")
+        ->check(CLI::Range(0, 1000));
+    c->add_option("--experts", a->experts, "with --synthetic: routed expert format (q2_k, mxfp4, q8_0)");
+    c->add_option("--dense", a->dense, "with --synthetic: format of every other matrix (q8_0, bf16, f16)");
     c->add_option("--prompt", a->prompt, "prompt tokens")->check(CLI::Range(1L, 1L << 30));
     c->add_option("--gen", a->gen, "generated tokens (the first comes from the prefill)")->check(CLI::Range(1L, 1L << 30));
     c->add_option("--repeats", a->repeats, "warm runs per arm after the cold one")->check(CLI::Range(1, 10000));

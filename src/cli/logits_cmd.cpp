@@ -36,7 +36,6 @@ std::vector<int32_t> parse_tokens(const std::string& text, const std::string& wh
     return out;
 }
 int run_logits(const LogitsArgs& a) {
-    if (a.backend == "cuda") fail("--backend cuda: this build has no CUDA backend yet");
     std::vector<int32_t> tokens;
     if (!a.tokens_file.empty()) {
         std::ifstream in(a.tokens_file);
@@ -49,7 +48,7 @@ int run_logits(const LogitsArgs& a) {
     } else {
         throw UsageError("logits needs --tokens or --tokens-file");
     }
-    Model model(a.model);
+    Model model(a.model, a.backend);
     const ModelConfig& c = model.config();
     for (int32_t t : tokens)
         if (t >= c.vocab) throw UsageError(cat("token id ", t, " is outside the vocabulary of ", c.vocab));

@@ -6,8 +6,14 @@
 
 #include "cli/registry.h"
 #include "core/error.h"
+#ifdef DSV4_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 int main(int argc, char** argv) {
+#ifdef DSV4_HAVE_CUDA
+    dsv4::cuda::register_cuda_backend();
+#endif
     CLI::App app{"dsv4: DeepSeek-V4 inference engine"};
     app.require_subcommand(1);
     std::vector<dsv4::cli::Registered> commands = dsv4::cli::setup_commands(app);

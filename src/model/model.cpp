@@ -10,8 +10,6 @@
 
 namespace dsv4 {
 
-namespace {
-
 ModelConfig mtp_block_config(const ModelConfig& c) {
     ModelConfig m = c;
     m.n_layers = 1;
@@ -22,15 +20,33 @@ ModelConfig mtp_block_config(const ModelConfig& c) {
     return m;
 }
 
-}  // namespace
-
-Model::Model(const std::string& path)
+Model::Model(const std::string& path, const std::string& backend)
     : file_(std::make_unique<gguf::Reader>(path)),
+      name_(path),
       cfg_(config_from_gguf(*file_)),
       w_(bind_weights(*file_, cfg_)),
       mtp_cfg_(mtp_block_config(cfg_)),
       rope_main_(cfg_.rope_main, cfg_.rope_dim),
-      rope_compress_(cfg_.rope_compress, cfg_.rope_dim) {}
+      rope_compress_(cfg_.rope_compress, cfg_.rope_dim) {
+    if (backend != "cpu") backend_ = open_backend(backend, *this);
+}
+
+Model::Model(const ModelConfig& cfg, std::unique_ptr<ForwardBackend> backend, std::string name)
+    : name_(std::move(name)),
+      cfg_(cfg),
+      mtp_cfg_(mtp_block_config(cfg_)),
+      rope_main_(cfg_.rope_main, cfg_.rope_dim),
+      rope_compress_(cfg_.rope_compress, cfg_.rope_dim),
+      backend_(std::move(backend)) {
+    if (!backend_) fail(name_, ": a model without a file needs a device backend");
+}
+
+Model::~Model() = default;
+
+const gguf::Reader& Model::file() const {
+    if (!file_) fail(name_, ": a synthetic model has no file (no tokenizer, no tensors to read)");
+    return *file_;
+}
 
 void Model::run_layer(const ModelConfig& c, int l, const LayerWeights& L, MlpType mlp, const int32_t* tokens,
                       int64_t T, State& st, int64_t band, float* X) const {
@@ -52,6 +68,7 @@ void Model::run_layer(const ModelConfig& c, int l, const LayerWeights& L, MlpTyp
 }
 
 void Model::forward(const int32_t* tokens, int64_t T, State& st, float* logits, const ForwardOptions& opt) const {
+    if (backend_) return backend_->forward(tokens, T, st, logits, opt);
     DSV4_TRACE_ARG("forward", T);
     const ModelConfig& c = cfg_;
     if (int(st.layers.size()) != c.n_layers) fail("state was made for another model");
@@ -74,8 +91,9 @@ void Model::forward(const int32_t* tokens, int64_t T, State& st, float* logits, 
 
 void Model::mtp_forward(const float* hidden, const int32_t* next, int64_t T, State& st, float* logits,
                         const ForwardOptions& opt) const {
+    if (backend_) return backend_->mtp_forward(hidden, next, T, st, logits, opt);
     DSV4_TRACE_ARG("mtp_forward", T);
-    if (!has_mtp()) fail(file_->path(), ": the model has no MTP block");
+    if (!has_mtp()) fail(name_, ": the model has no MTP block");
     const ModelConfig& c = mtp_cfg_;
     if (st.layers.size() != 1) fail("state was not made for the MTP block");
     const MtpWeights& M = w_.mtp[0];
@@ -103,7 +121,8 @@ void Model::mtp_forward(const float* hidden, const int32_t* next, int64_t T, Sta
 }
 
 void Model::mtp_head(const float* out, int64_t rows, float* logits) const {
-    if (!has_mtp()) fail(file_->path(), ": the model has no MTP block");
+    if (backend_) return backend_->mtp_head(out, rows, logits);
+    if (!has_mtp()) fail(name_, ": the model has no MTP block");
     DSV4_TRACE("head");
     const MtpWeights& M = w_.mtp[0];
     const int64_t D = mtp_cfg_.hidden;

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/rope.h"
 #include "io/gguf.h"
+#include "model/backend.h"
 #include "model/config.h"
 #include "model/state.h"
 #include "model/weights.h"
@@ -27,13 +28,28 @@ struct ForwardOptions {
     int64_t hidden_from = 0;
 };
 
+// The one-layer config of the MTP block of a model of config c: a sliding-window, top-k routed layer.
+ModelConfig mtp_block_config(const ModelConfig& c);
+
 class Model {
 public:
-    explicit Model(const std::string& gguf_path);
+    // backend "cpu" (the reference ops) or another registered one ("cuda"), which then runs
+    // every forward with its own copy of the weights.
+    explicit Model(const std::string& gguf_path, const std::string& backend = "cpu");
+    // A model without a file (synthetic shapes): the backend made its own weights and runs
+    // every forward; the CPU path and file() are not available.
+    Model(const ModelConfig& cfg, std::unique_ptr<ForwardBackend> backend, std::string name);
+    ~Model();
 
     const ModelConfig& config() const { return cfg_; }
     const ModelWeights& weights() const { return w_; }
-    const gguf::Reader& file() const { return *file_; }
+    bool has_file() const { return file_ != nullptr; }
+    const gguf::Reader& file() const;  // throws for a model without a file
+    // The file's path, or the synthetic model's name.
+    const std::string& name() const { return name_; }
+    // "cpu" or the device backend's name; the backend itself (null on the CPU).
+    std::string backend_name() const { return backend_ ? backend_->name() : "cpu"; }
+    const ForwardBackend* backend() const { return backend_.get(); }
 
     // Runs tokens[0..T) at positions state.pos ... layer by layer (every token through layer 0,
     // then layer 1, ...: each weight is read once per call); advances state. `logits` receives
@@ -42,7 +58,7 @@ public:
 
     // The MTP (next-n) block, when the file has one (REFERENCE.md §8). Its state is a
     // State(mtp_config()): one sliding-window layer at the main model's positions.
-    bool has_mtp() const { return !w_.mtp.empty(); }
+    bool has_mtp() const { return !w_.mtp.empty() || (!file_ && cfg_.n_nextn > 0); }
     const ModelConfig& mtp_config() const { return mtp_cfg_; }
     // hidden[T, hc_mult * hidden]: the main model's pre-head streams at positions state.pos ...,
     // next[T]: the token after each of them. logits receives what the block predicts for the
@@ -61,10 +77,12 @@ private:
                    State& st, int64_t band, float* X) const;
 
     std::unique_ptr<gguf::Reader> file_;
+    std::string name_;
     ModelConfig cfg_;
     ModelWeights w_;
     ModelConfig mtp_cfg_;  // one sliding, top-k-routed layer (valid when has_mtp())
     cpu::Rope rope_main_, rope_compress_;
+    std::unique_ptr<ForwardBackend> backend_;  // null: the CPU ops
 };
 
 }  // namespace dsv4

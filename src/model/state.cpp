@@ -54,6 +54,7 @@ StateMark State::mark() const {
     StateMark m;
     m.pos = pos;
     for (const LayerState& l : layers) m.layers.push_back({l.window, l.n_window, without_rows(l.comp), without_rows(l.idx)});
+    if (device.get()) m.device = device.get()->mark();
     return m;
 }
 
@@ -65,6 +66,12 @@ void State::rewind(const StateMark& m) {
         layers[i].n_window = m.layers[i].n_window;
         restore(layers[i].comp, m.layers[i].comp);
         restore(layers[i].idx, m.layers[i].idx);
+    }
+    if (device.get()) {
+        if (m.device)
+            device.get()->rewind(m.device);
+        else
+            device.reset(nullptr);  // marked before the first forward: back to nothing consumed
     }
     pos = m.pos;
 }
@@ -78,6 +85,7 @@ StateBytes State::bytes() const {
         for (const CompressorState* c : {&l.comp, &l.idx})
             b.partial += floats(c->buf_kv) + floats(c->buf_gate) + floats(c->prev_kv) + floats(c->prev_gate);
     }
+    if (device.get()) device.get()->add_bytes(b);
     return b;
 }
 

@@ -2,6 +2,7 @@
 // with the number of compressed rows only; the sliding window and partial windows are fixed.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/config.h"
@@ -21,6 +22,39 @@ struct CompressorState {
     bool has_prev = false;                  // (gate with its position bias already added)
 };
 
+struct StateBytes;
+
+// The part of a State that a backend other than the CPU keeps in its own memory (the CUDA
+// backend's window rows, partial windows and compressed rows). State owns it; copying a State
+// copies it (device to device), mark/rewind go through it.
+class DeviceState {
+public:
+    virtual ~DeviceState() = default;
+    virtual std::unique_ptr<DeviceState> clone() const = 0;
+    // An opaque restore point (what a StateMark keeps of the device) and the way back to it.
+    virtual std::shared_ptr<const void> mark() const = 0;
+    virtual void rewind(const std::shared_ptr<const void>& mark) = 0;
+    virtual void add_bytes(StateBytes& b) const = 0;
+};
+
+// Holds a DeviceState with value semantics (a copy is a deep copy).
+class DeviceStateSlot {
+public:
+    DeviceStateSlot() = default;
+    DeviceStateSlot(const DeviceStateSlot& o) : p_(o.p_ ? o.p_->clone() : nullptr) {}
+    DeviceStateSlot& operator=(const DeviceStateSlot& o) {
+        if (this != &o) p_ = o.p_ ? o.p_->clone() : nullptr;
+        return *this;
+    }
+    DeviceStateSlot(DeviceStateSlot&&) noexcept = default;
+    DeviceStateSlot& operator=(DeviceStateSlot&&) noexcept = default;
+    DeviceState* get() const { return p_.get(); }
+    void reset(std::unique_ptr<DeviceState> p) { p_ = std::move(p); }
+
+private:
+    std::unique_ptr<DeviceState> p_;
+};
+
 // What a rewind restores: everything but the compressed rows, which only grow and are cut back
 // to their count (so a mark costs O(window), not O(context)).
 struct StateMark {
@@ -31,6 +65,7 @@ struct StateMark {
         CompressorState comp, idx;  // with rows left empty; n_rows kept
     };
     std::vector<Layer> layers;
+    std::shared_ptr<const void> device;  // the DeviceState's restore point, when there is one
 };
 
 // Bytes of state, split the way docs/STATE.md reports them.
@@ -50,7 +85,8 @@ struct LayerState {
 
 struct State {
     int64_t pos = 0;  // tokens consumed so far (the next token's position)
-    std::vector<LayerState> layers;
+    std::vector<LayerState> layers;  // the CPU's layers (left empty while `device` holds them)
+    DeviceStateSlot device;          // set by a device backend on its first forward
 
     explicit State(const ModelConfig& c);
 

@@ -66,8 +66,7 @@ ArmOptions parse_arm(const std::string& opts, const std::string& what) {
                 throw UsageError(cat(what, ": spec_verify_cost=", v, " is not a positive number"));
             a.spec_verify_cost = x;
         } else if (key == "backend") {
-            if (v == "cuda") throw UsageError(cat(what, ": backend=cuda is not in this build yet (use backend=cpu)"));
-            if (v != "cpu") throw UsageError(cat(what, ": backend=", v, " is not a backend (cpu)"));
+            if (v != "cpu" && v != "cuda") throw UsageError(cat(what, ": backend=", v, " is not a backend (cpu, cuda)"));
             a.backend = v;
         } else {
             throw UsageError(cat(what, ": unknown key '", key, "' (keys: model, band, frontier, backend, threads, spec, spec_cap, spec_verify_cost)"));

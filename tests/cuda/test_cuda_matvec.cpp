@@ -259,9 +259,12 @@ TEST(CudaMatvec, SimplePathMatchesCpuForEveryType) {
     // Plain types need no 32-column blocks: odd column counts (Auto takes the simple path).
     for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16})
         for (int T : {1, 4}) check_case({type, 19, 45, T, 1, {}, true, cuda::MatvecPath::Auto});
-    // Auto for F32 and MXFP4 (no tensor path yet) at a model-like width.
-    for (TensorType type : {TensorType::F32, TensorType::MXFP4})
+    // Auto for F32, MXFP4 and Q2_K (no tensor path) at a model-like width.
+    for (TensorType type : {TensorType::F32, TensorType::MXFP4, TensorType::Q2_K})
         check_case({type, 300, 2048, 2, 1, {}, true, cuda::MatvecPath::Auto});
+    // Q2_K rows are whole 256-value super-blocks.
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{5, 256}, {37, 768}})
+        for (int T : {1, 3, 8}) check_case({TensorType::Q2_K, rows, cols, T, 1, {}, true, cuda::MatvecPath::Simple});
 }
 
 TEST(CudaMatvec, SplitColumnsAddUp) {
@@ -362,8 +365,15 @@ TEST(CudaMatvecArgs, RejectsBadArguments) {
     w.cols = 50;  // not whole Q8_0 blocks
     EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);
     w.cols = 64;
-    w.type = TensorType::Q2_K;  // no CUDA kernel reads Q2_K yet
+    w.type = TensorType::Q2_K;  // 64 values are not a whole 256-value Q2_K super-block
+    w.row_bytes = 84;
     EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);
+    w.cols = 256;  // one super-block: the simple path takes it, with no workspace
+    a.ldx = 256;
+    EXPECT_EQ(cuda::matvec_workspace_bytes(w, a), 0u);
+    EXPECT_FALSE(cuda::tensor_path_supported(w));
+    w.cols = 64;
+    a.ldx = 64;
     w.type = TensorType::F32;   // no tensor path for F32: asking for it is an error
     w.row_bytes = 256;
     cuda::MatvecOptions opt;

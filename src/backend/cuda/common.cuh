@@ -25,7 +25,7 @@ namespace dsv4::cuda {
 
 // Stored weight formats, numbered as GGUF numbers them (gguf::TensorType), usable as template
 // arguments in device code.
-enum WType : int { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30, kMXFP4 = 39 };
+enum WType : int { kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ2_K = 10, kBF16 = 30, kMXFP4 = 39 };
 
 __device__ __forceinline__ float e2m1(unsigned code) {
     // 0, .5, 1, 1.5, 2, 3, 4, 6 and their negatives (bit 3 = sign)
@@ -38,7 +38,9 @@ __device__ __forceinline__ float e2m1(unsigned code) {
 __device__ __forceinline__ float e8m0(uint8_t e) { return __int_as_float(e == 0 ? 0x00400000 : int(e) << 23); }
 
 // Element i of a weight row: the scalar path (oracle kernels, formats without a fast path).
-// Same arithmetic as cpu::dequant_row: Q8_0 is d * q and MXFP4 e2m1 * 2^(E-127), in float.
+// Same arithmetic as cpu::dequant_row: Q8_0 is d * q, MXFP4 e2m1 * 2^(E-127), and Q2_K
+// (d * sc) * q - dmin * mn with every product and the difference rounded separately (the CPU
+// reference is compiled without FMA contraction, so neither may the device fuse them), in float.
 template <int TYPE>
 __device__ __forceinline__ float load_elem(const uint8_t* row, int64_t i) {
     if constexpr (TYPE == kF32) {
@@ -51,6 +53,17 @@ __device__ __forceinline__ float load_elem(const uint8_t* row, int64_t i) {
         const uint8_t* blk = row + (i / 32) * 34;
         const __half d = *reinterpret_cast<const __half*>(blk);  // blocks are 2-byte aligned
         return __half2float(d) * float(int8_t(blk[2 + i % 32]));
+    } else if constexpr (TYPE == kQ2_K) {
+        // Super-blocks of 256 values in 84 bytes: scale/min codes [16], 2-bit quants [64] at 16,
+        // f16 d at 80, f16 dmin at 82 (2-byte aligned: super-blocks and rows have even lengths).
+        const uint8_t* sb = row + (i / 256) * 84;
+        const int j = int(i % 256);
+        const unsigned sc = sb[j / 16];
+        const float d = __half2float(*reinterpret_cast<const __half*>(sb + 80));
+        const float dmin = __half2float(*reinterpret_cast<const __half*>(sb + 82));
+        const unsigned q = (unsigned(sb[16 + 32 * (j / 128) + j % 32]) >> (2 * ((j % 128) / 32))) & 3u;
+        const float a = __fmul_rn(d, float(sc & 15u)), m = __fmul_rn(dmin, float(sc >> 4));
+        return __fsub_rn(__fmul_rn(a, float(q)), m);
     } else {
         static_assert(TYPE == kMXFP4, "unknown weight type");
         const uint8_t* blk = row + (i / 32) * 17;
@@ -69,6 +82,7 @@ void dispatch_wtype(int type, F&& f) {
         case kBF16: f.template operator()<kBF16>(); return;
         case kQ8_0: f.template operator()<kQ8_0>(); return;
         case kMXFP4: f.template operator()<kMXFP4>(); return;
+        case kQ2_K: f.template operator()<kQ2_K>(); return;
     }
     fail("CUDA backend: unsupported weight type ", type);
 }

@@ -397,7 +397,7 @@ void check_args(const DeviceMat& w, const MatvecArgs& a) {
         fail("CUDA matvec: weight shape [", w.rows, ", ", w.cols, "] x ", w.count);
     const auto type = w.type;
     const int t = int(type);
-    if (t != kF32 && t != kF16 && t != kBF16 && t != kQ8_0 && t != kMXFP4)
+    if (t != kF32 && t != kF16 && t != kBF16 && t != kQ8_0 && t != kMXFP4 && t != kQ2_K)
         fail("CUDA matvec: unsupported weight type ", gguf::type_name(type));
     const int64_t be = gguf::type_block_elems(type);
     if (w.cols % be != 0) fail("CUDA matvec: ", gguf::type_name(type), " rows of ", w.cols, " values are not whole blocks");

@@ -11,8 +11,8 @@
 //     x limbs are f16 with a per-token power-of-two scale (no overflow, no precision lost);
 //     BF16 weights use bf16 limbs. Q8_0's block scale multiplies each 32-column partial sum in
 //     float32, as the CPU reference does.
-//   Simple (every type, any cols): one warp per output row, float32 on the CUDA cores. The
-//     oracle for the tensor path, and the path for F32 and MXFP4 weights for now.
+//   Simple (every type, any whole blocks of cols): one warp per output row, float32 on the CUDA
+//     cores. The oracle for the tensor path, and the path for F32, MXFP4 and Q2_K weights.
 // docs/PERFORMANCE.md has the design, the measured bandwidth and the receipts.
 #pragma once
 #include <cstddef>

@@ -1,0 +1,144 @@
+#include "backend/cuda/device_state.h"
+
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+
+namespace dsv4::cuda {
+
+void copy_d2d(void* dst, const void* src, size_t n) {
+    if (n) DSV4_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, nullptr));
+}
+
+namespace {
+
+DeviceBuffer copy_of(const DeviceBuffer& b) {
+    DeviceBuffer c(b.size());
+    copy_d2d(c.get(), b.get(), b.size());
+    return c;
+}
+
+void init_compressor(DeviceCompressorState& s, int width, int coff, int ratio) {
+    s.width = width;
+    s.coff = coff;
+    s.ratio = ratio;
+    const size_t raw = size_t(ratio) * size_t(s.cw()) * sizeof(float);
+    s.buf_kv = DeviceBuffer(raw);
+    s.buf_gate = DeviceBuffer(raw);
+    s.prev_kv = DeviceBuffer(raw);
+    s.prev_gate = DeviceBuffer(raw);
+}
+
+// Everything of a compressor but its rows (a mark keeps only their count).
+DeviceCompressorState copy_partial(const DeviceCompressorState& s) {
+    DeviceCompressorState m;
+    m.width = s.width;
+    m.coff = s.coff;
+    m.ratio = s.ratio;
+    m.n_rows = s.n_rows;
+    m.n_buf = s.n_buf;
+    m.has_prev = s.has_prev;
+    if (s.active()) {
+        m.buf_kv = copy_of(s.buf_kv);
+        m.buf_gate = copy_of(s.buf_gate);
+        m.prev_kv = copy_of(s.prev_kv);
+        m.prev_gate = copy_of(s.prev_gate);
+    }
+    return m;
+}
+
+void restore_partial(DeviceCompressorState& s, const DeviceCompressorState& m) {
+    if (m.n_rows > s.n_rows) fail("cannot rewind a device state forward (", m.n_rows, " > ", s.n_rows, " rows)");
+    s.n_rows = m.n_rows;
+    s.n_buf = m.n_buf;
+    s.has_prev = m.has_prev;
+    if (s.active()) {
+        copy_d2d(s.buf_kv.get(), m.buf_kv.get(), m.buf_kv.size());
+        copy_d2d(s.buf_gate.get(), m.buf_gate.get(), m.buf_gate.size());
+        copy_d2d(s.prev_kv.get(), m.prev_kv.get(), m.prev_kv.size());
+        copy_d2d(s.prev_gate.get(), m.prev_gate.get(), m.prev_gate.size());
+    }
+}
+
+struct Mark {
+    struct Layer {
+        DeviceBuffer window;
+        int n_window = 0;
+        DeviceCompressorState comp, idx;
+    };
+    std::vector<Layer> layers;
+};
+
+size_t raw_bytes(const DeviceCompressorState& s) {
+    return s.buf_kv.size() + s.buf_gate.size() + s.prev_kv.size() + s.prev_gate.size();
+}
+
+}  // namespace
+
+void DeviceCompressorState::reserve_rows(int64_t n) {
+    if (n <= cap_rows) return;
+    const int64_t cap = std::max<int64_t>({n, 2 * cap_rows, 64});
+    DeviceBuffer grown(size_t(cap) * size_t(width) * sizeof(float));
+    copy_d2d(grown.get(), rows.get(), size_t(n_rows) * size_t(width) * sizeof(float));
+    rows = std::move(grown);  // freeing the old buffer waits for the copy (cudaFree synchronises)
+    cap_rows = cap;
+}
+
+CudaState::CudaState(const ModelConfig& c) : layers(size_t(c.n_layers)), window(c.window), head_dim(c.head_dim) {
+    for (int l = 0; l < c.n_layers; ++l) {
+        DeviceLayerState& s = layers[size_t(l)];
+        s.window = DeviceBuffer(size_t(std::max(1, c.window - 1)) * size_t(c.head_dim) * sizeof(float));
+        const AttnType t = c.attn[size_t(l)];
+        if (t == AttnType::Sliding) continue;
+        init_compressor(s.comp, c.head_dim, t == AttnType::CSA ? 2 : 1, c.ratio[size_t(l)]);
+        if (t == AttnType::CSA) init_compressor(s.idx, c.index_head_dim, 2, c.ratio[size_t(l)]);
+    }
+}
+
+std::unique_ptr<DeviceState> CudaState::clone() const {
+    auto c = std::unique_ptr<CudaState>(new CudaState());
+    c->window = window;
+    c->head_dim = head_dim;
+    for (const DeviceLayerState& l : layers) {
+        DeviceLayerState d;
+        d.window = copy_of(l.window);
+        d.n_window = l.n_window;
+        for (auto [src, dst] : {std::pair{&l.comp, &d.comp}, std::pair{&l.idx, &d.idx}}) {
+            *dst = copy_partial(*src);
+            dst->n_rows = 0;
+            dst->reserve_rows(src->n_rows);
+            copy_d2d(dst->rows.get(), src->rows.get(), size_t(src->n_rows) * size_t(src->width) * sizeof(float));
+            dst->n_rows = src->n_rows;
+        }
+        c->layers.push_back(std::move(d));
+    }
+    return c;
+}
+
+std::shared_ptr<const void> CudaState::mark() const {
+    auto m = std::make_shared<Mark>();
+    for (const DeviceLayerState& l : layers) m->layers.push_back({copy_of(l.window), l.n_window, copy_partial(l.comp), copy_partial(l.idx)});
+    return m;
+}
+
+void CudaState::rewind(const std::shared_ptr<const void>& p) {
+    const Mark& m = *static_cast<const Mark*>(p.get());
+    if (m.layers.size() != layers.size()) fail("device state mark belongs to another model");
+    for (size_t i = 0; i < layers.size(); ++i) {
+        copy_d2d(layers[i].window.get(), m.layers[i].window.get(), m.layers[i].window.size());
+        layers[i].n_window = m.layers[i].n_window;
+        restore_partial(layers[i].comp, m.layers[i].comp);
+        restore_partial(layers[i].idx, m.layers[i].idx);
+    }
+}
+
+void CudaState::add_bytes(StateBytes& b) const {
+    for (const DeviceLayerState& l : layers) {
+        b.window += size_t(l.n_window) * size_t(head_dim) * sizeof(float);
+        b.compressed += size_t(l.comp.n_rows) * size_t(l.comp.width) * sizeof(float);
+        b.indexer += size_t(l.idx.n_rows) * size_t(l.idx.width) * sizeof(float);
+        b.partial += raw_bytes(l.comp) + raw_bytes(l.idx);
+    }
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,389 @@
+#include "backend/cuda/forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/attention_kernels.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/device_query.h"
+#include "backend/cuda/matvec.h"
+#include "backend/cuda/ops.h"
+#include "core/trace.h"
+
+namespace dsv4::cuda {
+
+namespace {
+
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+
+void scale_inplace(float* x, int64_t n, float s) {
+    if (n <= 0) return;
+    scale_kernel<<<ceil_div(n, 256), 256>>>(x, n, s);
+    DSV4_LAUNCH_CHECK();
+}
+
+HcShape hc_shape(const ModelConfig& c) {
+    return HcShape{c.hc_mult, c.hidden, c.hc_iters, float(c.hc_eps), float(c.norm_eps)};
+}
+
+// Expert matrices for n problems, one per (token, slot) pair in sorted order: matvec with ids when
+// there are few tokens (the decode weight stream), the grouped GEMM otherwise.
+void experts_matmul(const DeviceWeight& w, const float* x, int64_t N, int64_t T, const int32_t* expert_of,
+                    const int32_t* offsets, float* y, GemmWorkspace& ws) {
+    if (N == 0) return;
+    if (T <= kMaxMatvecTokens) {
+        MatvecArgs a;
+        a.x = x;
+        a.ldx = w.mat.cols;
+        a.x_stride = w.mat.cols;
+        a.T = 1;
+        a.y = y;
+        a.ldy = w.mat.rows;
+        a.y_stride = w.mat.rows;
+        a.n = int(N);
+        a.ids = expert_of;
+        const size_t need = matvec_workspace_bytes(w.mat, a);
+        matvec(w.mat, a, need ? ws.get(need) : nullptr, need);
+    } else {
+        gemm_experts(w.mat, x, offsets, T, y);
+    }
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(const ModelConfig& c, DeviceModelWeights w)
+    : cfg_(c), mtp_cfg_(mtp_block_config(c)), w_(std::move(w)), device_(device_name()) {
+    note_memory();
+}
+
+void* CudaBackend::bytes(const char* slot, size_t n) const {
+    DeviceBuffer& b = scratch_[slot];
+    if (b.size() < n) {
+        synchronize();  // queued kernels may still use the old buffer
+        b = DeviceBuffer(std::max(n, b.size() + b.size() / 2));
+        note_memory();
+    }
+    return b.get();
+}
+float* CudaBackend::f(const char* slot, int64_t floats) const {
+    return static_cast<float*>(bytes(slot, size_t(std::max<int64_t>(floats, 1)) * sizeof(float)));
+}
+int32_t* CudaBackend::i(const char* slot, int64_t ints) const {
+    return static_cast<int32_t*>(bytes(slot, size_t(std::max<int64_t>(ints, 1)) * sizeof(int32_t)));
+}
+
+void CudaBackend::note_memory() const {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) peak_used_ = std::max(peak_used_, total_b - free_b);
+}
+
+CudaState& CudaBackend::state_of(State& st, const ModelConfig& c) const {
+    if (int(st.layers.size()) != c.n_layers) fail("state was made for another model");
+    if (!st.device.get()) {
+        if (st.pos != 0) fail("a state that ran on the CPU cannot continue on the CUDA backend");
+        st.device.reset(std::make_unique<CudaState>(c));
+    }
+    auto* cs = dynamic_cast<CudaState*>(st.device.get());
+    if (!cs) fail("the state belongs to another device backend");
+    return *cs;
+}
+
+void CudaBackend::compress(DeviceCompressorState& s, const DeviceCompressor& w, const float* a, int64_t T,
+                           const float* inv_freq, int rope_dim, float eps, const char* slot_kv,
+                           const char* slot_gate) const {
+    const int64_t cw = s.cw(), m = s.ratio, nb = s.n_buf, total = nb + T;
+    float* kv = f(slot_kv, total * cw);
+    float* gate = f(slot_gate, total * cw);
+    copy_d2d(kv, s.buf_kv.get(), size_t(nb * cw) * sizeof(float));
+    copy_d2d(gate, s.buf_gate.get(), size_t(nb * cw) * sizeof(float));
+    gemm(w.kv.mat, a, cfg_.hidden, T, kv + nb * cw, cw, ws_);
+    gemm(w.gate.mat, a, cfg_.hidden, T, gate + nb * cw, cw, ws_);
+    const int64_t nwin = total / m;
+    if (nwin > 0) {
+        s.reserve_rows(s.n_rows + nwin);
+        CompressArgs ca;
+        ca.kv = kv;
+        ca.gate = gate;
+        ca.prev_kv = s.prev_kv.as<const float>();
+        ca.prev_gate = s.prev_gate.as<const float>();
+        ca.has_prev = s.has_prev;
+        ca.ape = w.ape.f();
+        ca.norm = w.norm.f();
+        ca.eps = eps;
+        ca.width = s.width;
+        ca.coff = s.coff;
+        ca.ratio = s.ratio;
+        ca.n_windows = nwin;
+        ca.first_row = s.n_rows;
+        ca.inv_freq = inv_freq;
+        ca.dim = rope_dim;
+        ca.rows = s.rows.as<float>();
+        compress_windows(ca);
+        s.n_rows += nwin;
+        if (s.coff == 2) {  // the last closed window's A halves feed the next window
+            copy_d2d(s.prev_kv.get(), kv + (nwin - 1) * m * cw, size_t(m * cw) * sizeof(float));
+            copy_d2d(s.prev_gate.get(), gate + (nwin - 1) * m * cw, size_t(m * cw) * sizeof(float));
+            s.has_prev = true;
+        }
+    }
+    const int64_t rest = total - nwin * m;
+    copy_d2d(s.buf_kv.get(), kv + nwin * m * cw, size_t(rest * cw) * sizeof(float));
+    copy_d2d(s.buf_gate.get(), gate + nwin * m * cw, size_t(rest * cw) * sizeof(float));
+    s.n_buf = int(rest);
+}
+
+void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, const float* a, int64_t T, int64_t pos0,
+                            int64_t band, DeviceLayerState& st, float* out) const {
+    DSV4_TRACE("attention");
+    const int H = c.n_heads, d = c.head_dim, R = c.rope_dim;
+    const int64_t Hd = int64_t(H) * d, D = c.hidden;
+    const float eps = float(c.norm_eps);
+    const AttnType type = c.attn[size_t(l)];
+    const float* inv = type == AttnType::Sliding ? w_.rope_main.f() : w_.rope_compress.f();
+
+    float* qr = f("qr", T * c.q_lora);
+    gemm(L.q_a.mat, a, D, T, qr, c.q_lora, ws_);
+    rmsnorm(qr, T, c.q_lora, L.q_a_norm.f(), eps);
+    float* q = f("q", T * Hd);
+    gemm(L.q_b.mat, qr, c.q_lora, T, q, Hd, ws_);
+    rmsnorm(q, T * H, d, nullptr, eps);
+    // The window's rows and this chunk's, contiguous: position j lives at cat + (j - (pos0 - nw)) * d.
+    const int64_t nw = st.n_window;
+    float* cat = f("cat", (nw + T) * d);
+    copy_d2d(cat, st.window.get(), size_t(nw * d) * sizeof(float));
+    float* kv = cat + nw * d;
+    gemm(L.kv.mat, a, D, T, kv, d, ws_);
+    rmsnorm(kv, T, d, L.kv_norm.f(), eps);
+    rope(q, T * H, d, d, H, pos0, inv, R, false);
+    rope(kv, T, d, d, 1, pos0, inv, R, false);
+
+    if (type != AttnType::Sliding) compress(st.comp, L.comp, a, T, inv, R, eps, "comp_kv", "comp_gate");
+    const int IH = c.index_heads, Id = c.index_head_dim;
+    float *qi = nullptr, *wi = nullptr;
+    if (type == AttnType::CSA) {
+        compress(st.idx, L.idx_comp, a, T, inv, R, eps, "idx_kv", "idx_gate");
+        qi = f("qi", T * IH * Id);
+        gemm(L.idx_q_b.mat, qr, c.q_lora, T, qi, int64_t(IH) * Id, ws_);
+        rope(qi, T * IH, Id, Id, IH, pos0, inv, R, false);
+        wi = f("wi", T * IH);
+        gemm(L.idx_proj.mat, a, D, T, wi, IH, ws_);
+        scale_inplace(wi, T * IH, float(std::pow(double(IH), -0.5)));
+    }
+
+    float* attn = f("attn", T * Hd);
+    if (band <= 0) band = T;
+    int32_t *picked = nullptr, *n_picked = nullptr;
+    if (type == AttnType::CSA) {
+        picked = i("picked", std::min(band, T) * c.index_topk);
+        n_picked = i("n_picked", std::min(band, T));
+    }
+    for (int64_t b0 = 0; b0 < T; b0 += band) {
+        const int64_t Tb = std::min(band, T - b0);
+        if (type == AttnType::CSA) {
+            IndexerArgs ia;
+            ia.q = qi + b0 * IH * Id;
+            ia.w = wi + b0 * IH;
+            ia.k = st.idx.rows.as<const float>();
+            ia.T = Tb;
+            ia.pos0 = pos0 + b0;
+            ia.n_rows = st.idx.n_rows;
+            ia.heads = IH;
+            ia.dim = Id;
+            ia.ratio = c.ratio[size_t(l)];
+            ia.top_k = c.index_topk;
+            ia.scale = float(std::pow(double(Id), -0.5));
+            ia.picked = picked;
+            ia.n_picked = n_picked;
+            const size_t need = indexer_workspace_bytes(Tb, st.idx.n_rows);
+            indexer_topk(ia, bytes("idx_ws", need), need);
+        }
+        SparseAttnArgs sa;
+        sa.q = q + b0 * Hd;
+        sa.T = Tb;
+        sa.pos0 = pos0 + b0;
+        sa.H = H;
+        sa.width = d;
+        sa.scale = float(std::pow(double(d), -0.5));
+        sa.sinks = L.sinks.f();
+        sa.cache = cat;
+        sa.cache_from = pos0 - nw;
+        sa.chunk = kv + b0 * d;
+        sa.window = c.window;
+        if (type != AttnType::Sliding) {
+            sa.comp = st.comp.rows.as<const float>();
+            sa.n_comp = st.comp.n_rows;
+            sa.ratio = c.ratio[size_t(l)];
+        }
+        if (type == AttnType::CSA) {
+            sa.picked = picked;
+            sa.n_picked = n_picked;
+            sa.top_k = c.index_topk;
+        }
+        sa.out = attn + b0 * Hd;
+        sparse_attention(sa);
+    }
+    rope(attn, T * H, d, d, H, pos0, inv, R, /*inverse=*/true);  // V carried rope by its position
+
+    // Keep the last (window - 1) latent rows for the next call.
+    const int64_t total = nw + T, keep = std::min<int64_t>(total, c.window - 1);
+    copy_d2d(st.window.get(), cat + (total - keep) * d, size_t(keep * d) * sizeof(float));
+    st.n_window = int(keep);
+
+    // Grouped low-rank output: each group of heads projects to o_lora, then one mix to hidden.
+    const int G = c.o_groups;
+    const int64_t per_group = Hd / G, GL = int64_t(G) * c.o_lora;
+    float* u = f("o_lora", T * GL);
+    for (int g = 0; g < G; ++g)
+        gemm(slice_rows(L.o_a.mat, int64_t(g) * c.o_lora, int64_t(g + 1) * c.o_lora), attn + g * per_group, Hd, T,
+             u + int64_t(g) * c.o_lora, GL, ws_);
+    gemm(L.o_b.mat, u, GL, T, out, D, ws_);
+}
+
+void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& L, MlpType mlp, const float* x, const int32_t* tokens,
+                      int64_t T, float* out) const {
+    DSV4_TRACE("moe");
+    const int E = c.n_experts, k = c.top_k;
+    const int64_t D = c.hidden, I = c.moe_inter, N = T * k;
+    const float limit = float(c.swiglu_limit);
+    float* lg = f("router", T * E);
+    gemm(L.gate_inp.mat, x, D, T, lg, E, ws_);
+    int32_t* ids = i("ids", N);
+    float* wts = f("wts", N);
+    route(lg, T, E, k, mlp == MlpType::TopK ? L.exp_probs_b.f() : nullptr,
+          mlp == MlpType::Hash ? L.tid2eid.i() : nullptr, tokens, float(c.routed_scale), ids, wts);
+    int32_t* offsets = i("offsets", E + 1);
+    int32_t* order = i("order", N);
+    int32_t* expert_of = i("expert_of", N);
+    int32_t* slot_pos = i("slot_pos", N);
+    moe_group(ids, T, k, E, offsets, order, expert_of, slot_pos);
+    float* xs = f("xs", N * D);
+    gather_rows(x, order, N, k, D, xs);
+    float* g = f("g", N * I);
+    float* up = f("up", N * I);
+    float* ys = f("ys", N * D);
+    experts_matmul(L.gate_exps, xs, N, T, expert_of, offsets, g, ws_);
+    experts_matmul(L.up_exps, xs, N, T, expert_of, offsets, up, ws_);
+    swiglu(g, up, N * I, limit);
+    experts_matmul(L.down_exps, g, N, T, expert_of, offsets, ys, ws_);
+
+    float* sg = f("sg", T * I);
+    float* su = f("su", T * I);
+    float* sy = f("sy", T * D);
+    gemm(L.gate_sh.mat, x, D, T, sg, I, ws_);
+    gemm(L.up_sh.mat, x, D, T, su, I, ws_);
+    swiglu(sg, su, T * I, limit);
+    gemm(L.down_sh.mat, sg, I, T, sy, D, ws_);
+    moe_combine(ys, ids, wts, slot_pos, T, k, D, sy, out);
+}
+
+void CudaBackend::run_layer(const ModelConfig& c, int l, const DeviceLayer& L, MlpType mlp, const int32_t* tokens,
+                            int64_t T, int64_t pos0, int64_t band, DeviceLayerState& st, float* X) const {
+    DSV4_TRACE_ARG("layer", l);
+    const int64_t D = c.hidden;
+    const int n = c.hc_mult;
+    const HcShape hs = hc_shape(c);
+    float* y = f("y", T * D);
+    float* fo = f("f", T * D);
+    float* post = f("post", T * n);
+    float* comb = f("comb", T * n * n);
+    hc_pre(hs, L.hc_attn_fn.mat, L.hc_attn_base.f(), L.hc_attn_scale.f(), X, T, y, post, comb);
+    rmsnorm(y, T, D, L.attn_norm.f(), float(c.norm_eps));
+    attention(c, l, L, y, T, pos0, band, st, fo);
+    hc_post(hs, X, fo, post, comb, T);
+    hc_pre(hs, L.hc_ffn_fn.mat, L.hc_ffn_base.f(), L.hc_ffn_scale.f(), X, T, y, post, comb);
+    rmsnorm(y, T, D, L.ffn_norm.f(), float(c.norm_eps));
+    moe(c, L, mlp, y, tokens, T, fo);
+    hc_post(hs, X, fo, post, comb, T);
+}
+
+void CudaBackend::head(const DeviceWeight& fn, const DeviceVec& base, const DeviceVec& scale, const DeviceVec& norm,
+                       const float* X, int64_t rows, float* logits) const {
+    DSV4_TRACE("head");
+    const int64_t D = cfg_.hidden, V = cfg_.vocab;
+    float* y = f("head_y", rows * D);
+    hc_head(hc_shape(cfg_), fn.mat, base.f(), scale.f(), X, rows, y);
+    rmsnorm(y, rows, D, norm.f(), float(cfg_.norm_eps));
+    float* lo = f("logits", rows * V);
+    gemm(w_.output.mat, y, D, rows, lo, V, ws_);
+    scratch_["logits"].download(logits, size_t(rows * V) * sizeof(float));
+}
+
+void CudaBackend::forward(const int32_t* tokens, int64_t T, State& st, float* logits, const ForwardOptions& opt) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    DSV4_TRACE_ARG("forward", T);
+    const ModelConfig& c = cfg_;
+    CudaState& ds = state_of(st, c);
+    if (T <= 0) return;
+    for (int64_t t = 0; t < T; ++t)
+        if (tokens[t] < 0 || tokens[t] >= c.vocab) fail("token id ", tokens[t], " outside the vocabulary of ", c.vocab);
+    const int64_t nD = int64_t(c.hc_mult) * c.hidden;
+    int32_t* tok = i("tokens", T);
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(tok, tokens, size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, nullptr));
+    float* X = f("X", T * nD);
+    embed_streams(w_.embed.mat, tok, T, c.hc_mult, X);
+    for (int l = 0; l < c.n_layers; ++l)
+        run_layer(c, l, w_.layers[size_t(l)], c.mlp[size_t(l)], tok, T, st.pos, opt.band, ds.layers[size_t(l)], X);
+    st.pos += T;
+    if (opt.hidden && opt.hidden_from < T)
+        scratch_["X"].download(opt.hidden, size_t((T - opt.hidden_from) * nD) * sizeof(float),
+                               size_t(opt.hidden_from * nD) * sizeof(float));
+    if (logits && opt.logits != Logits::None) {
+        const int64_t first = opt.logits == Logits::Last ? T - 1 : 0;
+        head(w_.hc_head_fn, w_.hc_head_base, w_.hc_head_scale, w_.output_norm, X + first * nD, T - first, logits);
+    }
+    note_memory();
+}
+
+void CudaBackend::mtp_forward(const float* hidden, const int32_t* next, int64_t T, State& st, float* logits,
+                              const ForwardOptions& opt) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    DSV4_TRACE_ARG("mtp_forward", T);
+    if (w_.mtp.empty()) fail("the model has no MTP block");
+    const ModelConfig& c = mtp_cfg_;
+    CudaState& ds = state_of(st, c);
+    if (T <= 0) return;
+    for (int64_t t = 0; t < T; ++t)
+        if (next[t] < 0 || next[t] >= c.vocab) fail("token id ", next[t], " outside the vocabulary of ", c.vocab);
+    const DeviceMtp& M = w_.mtp[0];
+    const int n = c.hc_mult;
+    const int64_t D = c.hidden, nD = int64_t(n) * D;
+    const float eps = float(c.norm_eps);
+    int32_t* tok = i("tokens", T);
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(tok, next, size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, nullptr));
+    float* hs = f("mtp_hidden", T * nD);
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(hs, hidden, size_t(T * nD) * sizeof(float), cudaMemcpyHostToDevice, nullptr));
+    // X0 = e_proj(enorm(embed[next])) on every stream + h_proj(hnorm(stream)) per stream.
+    float* e = f("mtp_e", T * D);
+    float* ep = f("mtp_ep", T * D);
+    embed_streams(w_.embed.mat, tok, T, 1, e);
+    rmsnorm(e, T, D, M.enorm.f(), eps);
+    gemm(M.e_proj.mat, e, D, T, ep, D, ws_);
+    rmsnorm(hs, T * n, D, M.hnorm.f(), eps);
+    float* X = f("X", T * nD);
+    gemm(M.h_proj.mat, hs, D, T * n, X, D, ws_);
+    add_to_streams(X, ep, T, n, D);
+    run_layer(c, 0, M.block, MlpType::TopK, tok, T, st.pos, opt.band, ds.layers[0], X);
+    st.pos += T;
+    if (opt.hidden && opt.hidden_from < T)
+        scratch_["X"].download(opt.hidden, size_t((T - opt.hidden_from) * nD) * sizeof(float),
+                               size_t(opt.hidden_from * nD) * sizeof(float));
+    if (logits && opt.logits != Logits::None) {
+        const int64_t first = opt.logits == Logits::Last ? T - 1 : 0;
+        head(M.hc_head_fn, M.hc_head_base, M.hc_head_scale, M.norm, X + first * nD, T - first, logits);
+    }
+}
+
+void CudaBackend::mtp_head(const float* out, int64_t rows, float* logits) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (w_.mtp.empty()) fail("the model has no MTP block");
+    const DeviceMtp& M = w_.mtp[0];
+    const int64_t nD = int64_t(cfg_.hc_mult) * cfg_.hidden;
+    float* X = f("mtp_out", rows * nD);
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(X, out, size_t(rows * nD) * sizeof(float), cudaMemcpyHostToDevice, nullptr));
+    head(M.hc_head_fn, M.hc_head_base, M.hc_head_scale, M.norm, X, rows, logits);
+}
+
+}  // namespace dsv4::cuda

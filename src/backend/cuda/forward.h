@@ -1,0 +1,62 @@
+// The CUDA forward pass (internal to the backend): the same layer sequence as Model::forward,
+// every op on the device (ops.h, gemm.h, matvec.h, attention_kernels.h), float32 activations,
+// weights in their stored formats, the State's layers in device memory (device_state.h).
+// Host <-> device traffic per forward: the token ids in, the requested logits / streams out.
+#pragma once
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "backend/cuda/device_state.h"
+#include "backend/cuda/device_weights.h"
+#include "backend/cuda/gemm.h"
+#include "model/backend.h"
+#include "model/model.h"
+
+namespace dsv4::cuda {
+
+class CudaBackend final : public ForwardBackend {
+public:
+    CudaBackend(const ModelConfig& c, DeviceModelWeights w);
+
+    std::string name() const override { return "cuda"; }
+    std::string device() const override { return device_; }
+    void forward(const int32_t* tokens, int64_t T, State& st, float* logits, const ForwardOptions& opt) const override;
+    void mtp_forward(const float* hidden, const int32_t* next, int64_t T, State& st, float* logits,
+                     const ForwardOptions& opt) const override;
+    void mtp_head(const float* out, int64_t rows, float* logits) const override;
+    size_t weight_bytes() const override { return w_.bytes; }
+    size_t peak_device_bytes() const override { return peak_used_; }
+    double decode_bytes_per_token() const override;
+    double prefill_flop_per_token() const override;
+    Peak measure_peak() const override;
+
+private:
+    // Named device scratch, grown on demand and kept between forwards.
+    float* f(const char* slot, int64_t floats) const;
+    int32_t* i(const char* slot, int64_t ints) const;
+    void* bytes(const char* slot, size_t n) const;
+
+    CudaState& state_of(State& st, const ModelConfig& c) const;
+    void run_layer(const ModelConfig& c, int l, const DeviceLayer& L, MlpType mlp, const int32_t* tokens, int64_t T,
+                   int64_t pos0, int64_t band, DeviceLayerState& st, float* X) const;
+    void attention(const ModelConfig& c, int l, const DeviceLayer& L, const float* a, int64_t T, int64_t pos0,
+                   int64_t band, DeviceLayerState& st, float* out) const;
+    void compress(DeviceCompressorState& s, const DeviceCompressor& w, const float* a, int64_t T, const float* inv_freq,
+                  int rope_dim, float eps, const char* slot_kv, const char* slot_gate) const;
+    void moe(const ModelConfig& c, const DeviceLayer& L, MlpType mlp, const float* x, const int32_t* tokens, int64_t T,
+             float* out) const;
+    void head(const DeviceWeight& fn, const DeviceVec& base, const DeviceVec& scale, const DeviceVec& norm,
+              const float* X, int64_t rows, float* logits) const;
+    void note_memory() const;
+
+    ModelConfig cfg_, mtp_cfg_;
+    DeviceModelWeights w_;
+    std::string device_;
+    mutable std::mutex mu_;  // one forward at a time (the scratch is shared)
+    mutable std::map<std::string, DeviceBuffer> scratch_;
+    mutable GemmWorkspace ws_;
+    mutable size_t peak_used_ = 0;
+};
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,820 @@
+// The CUDA versions of the CPU reference's per-token ops (see ops.h).
+//
+// Arithmetic follows backend/cpu/ops.cpp operation for operation wherever that is cheap, so
+// that most results agree bit for bit and the rest to float32 rounding:
+//   * Products that the CPU adds afterwards are written __fmul_rn / __fadd_rn, so that nvcc
+//     does not contract them into fused multiply-adds (the CPU reference has none).
+//   * exp (and log1p in softplus) are taken in double and rounded once to float: that is the
+//     correctly rounded float result, which is what glibc's expf returns in practice, where
+//     CUDA's expf may be 2 ulp away.
+//   * RMS scales accumulate x² in double and compute 1 / sqrt(float(ss / n) + eps) in float, as
+//     cpu::rms_scale; only the order of the double sum differs.
+//   * Only the dot products of the hyper-connection mixes (fn · normalised row) are summed in
+//     another order (per-thread fused multiply-adds, then fixed-order tree and block sums).
+// Every reduction has a fixed order, so every op is deterministic run to run.
+//
+// Kernels:
+//   rmsnorm         one block per row: double sum of squares (warp shuffles, then warps in order).
+//   embed_streams   one block per token: load_elem of the stored row, written to every stream.
+//   hc_pre/hc_head  one cluster of 1..8 blocks per token (8 for a decode step, 1 for a long band),
+//                   fused: RMS sum, the (2+n)*n (or n) fn dot products over n*D columns, partial
+//                   sums exchanged through distributed shared memory in rank order; the gates by
+//                   one warp (n*n <= 32: lane per comb entry, shuffles in the CPU's order) or one
+//                   thread; then y = sum_j pre_j X_j over each block's share of D.
+//   hc_post         a thread per (token, column): the n old stream values in registers.
+//   swiglu, add_to_streams   grid-stride elementwise.
+//   route           a warp per token: scores/keys in shared memory, k rounds of a warp arg-max
+//                   (larger key, then lower id), lane 0 normalises the weights in slot order.
+//   moe_group       one block of 1024 threads: shared counters, scan, then a stable placement in
+//                   chunks of 1024 pairs (__match_any_sync ranks within a warp, per-warp counts).
+//   gather_rows     a block per sorted pair (float4 copies where aligned).
+//   moe_combine     a block per token: its k slots sorted by (expert, slot), then added in order.
+#include "backend/cuda/ops.h"
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "backend/cpu/quant.h"
+#include "backend/cuda/common.cuh"
+
+namespace dsv4::cuda {
+
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kMaxHc = 8;                            // streams of a hyper-connection site
+constexpr int kMaxMix = (2 + kMaxHc) * kMaxHc;       // mix rows of hc_pre
+constexpr int kMaxTopK = 16;                         // experts per token (route, moe_combine)
+constexpr int kMaxExperts = 1024;                    // route keeps 32 experts per lane; moe_group's shared counters
+constexpr int kHcThreads = 256, kHcWarps = kHcThreads / 32;
+constexpr int kHcMaxCluster = 8;                     // blocks per token of hc_pre / hc_head
+constexpr int kRouteWarps = 4;
+constexpr int kGroupThreads = 1024, kGroupWarps = kGroupThreads / 32;
+
+// ---- scalar helpers, as the CPU reference computes them ------------------------------------
+
+__device__ __forceinline__ float exp_ref(float x) { return float(exp(double(x))); }
+__device__ __forceinline__ float sigmoid_ref(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_ref(-x))); }
+// torch softplus (threshold 20), then sqrt: the routing score.
+__device__ __forceinline__ float route_score(float x) {
+    const float sp = x > 20.0f ? x : float(log1p(double(exp_ref(x))));
+    return __fsqrt_rn(sp);
+}
+// 1 / sqrt(float(ss / n) + eps), as cpu::rms_scale.
+__device__ __forceinline__ float rms_from_ss(double ss, int64_t n, float eps) {
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(__ddiv_rn(ss, double(n))), eps)));
+}
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+template <class V>
+__device__ __forceinline__ V warp_sum(V v) {
+    // Butterfly: every lane ends with the same value (float addition is commutative).
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Sum of one double per thread over the block, in a fixed order; every thread gets it.
+// red: kWarps doubles of shared memory.
+__device__ double block_sum_double(double v, double* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();  // red may still be read from a previous call
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    double s = 0;
+    for (int w = 0; w < warps; ++w) s += red[w];
+    return s;
+}
+
+// ---- rmsnorm --------------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(256) rmsnorm_kernel(float* x, int64_t n, const float* weight, float eps) {
+    __shared__ double red[8];
+    float* r = x + int64_t(blockIdx.x) * n;
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const double v = r[i];
+        ss += v * v;  // exact in double (a float product has 48 significant bits)
+    }
+    const float s = rms_from_ss(block_sum_double(ss, red), n, eps);
+    if (weight) {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) r[i] = __fmul_rn(weight[i], __fmul_rn(r[i], s));
+    } else {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) r[i] = __fmul_rn(r[i], s);
+    }
+}
+
+// ---- embed_streams --------------------------------------------------------------------------
+
+template <int TYPE>
+__global__ void __launch_bounds__(256) embed_kernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t D,
+                                                    const int32_t* tokens, int hc, float* X) {
+    const int64_t t = blockIdx.x;
+    const int32_t tok = tokens[t];
+    const bool ok = tok >= 0 && tok < rows;  // the caller checks ids; an id outside gives NaN rows, not a fault
+    const uint8_t* row = w + size_t(ok ? tok : 0) * row_bytes;
+    float* out = X + t * hc * D;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+        const float v = ok ? load_elem<TYPE>(row, i) : __int_as_float(0x7fc00000);
+        for (int k = 0; k < hc; ++k) out[k * D + i] = v;
+    }
+}
+
+// ---- hc_pre / hc_head -----------------------------------------------------------------------
+
+struct HcArgs {
+    const uint8_t* fn;
+    size_t fn_row_bytes;
+    int rows;  // mix rows: (2+n)*n for hc_pre, n for hc_head
+    const float* base;
+    const float* scale;
+    const float* X;
+    int n;
+    int64_t D;
+    int iters;
+    float hc_eps, norm_eps;
+    float* y;
+    float* post;  // hc_pre only
+    float* comb;  // hc_pre only
+};
+
+// The sigmoid / softmax / Sinkhorn part of cpu::hc_pre for one token, by one thread (any n):
+// mix m[rows], base[rows], scale sc[3] -> pre[n], post[n], C = comb[n*n] (shared memory).
+__device__ void hc_pre_gates_serial(const float* m, const float* base, const float* sc, int n, int iters, float eps,
+                                    float* pre, float* post, float* C) {
+    const float sc0 = sc[0], sc1 = sc[1], sc2 = sc[2];
+    for (int j = 0; j < n; ++j) pre[j] = __fadd_rn(sigmoid_ref(__fadd_rn(__fmul_rn(m[j], sc0), base[j])), eps);
+    for (int k = 0; k < n; ++k)
+        post[k] = __fmul_rn(2.0f, sigmoid_ref(__fadd_rn(__fmul_rn(m[n + k], sc1), base[n + k])));
+    for (int j = 0; j < n; ++j) {  // row softmax
+        float* row = C + j * n;
+        float mx = -INFINITY;
+        for (int k = 0; k < n; ++k) {
+            row[k] = __fadd_rn(__fmul_rn(m[2 * n + j * n + k], sc2), base[2 * n + j * n + k]);
+            mx = mx < row[k] ? row[k] : mx;  // std::max(mx, row[k])
+        }
+        float sum = 0;
+        for (int k = 0; k < n; ++k) {
+            row[k] = exp_ref(__fsub_rn(row[k], mx));
+            sum = __fadd_rn(sum, row[k]);
+        }
+        for (int k = 0; k < n; ++k) row[k] = __fadd_rn(__fdiv_rn(row[k], sum), eps);
+    }
+    auto normalise_columns = [&] {
+        for (int k = 0; k < n; ++k) {
+            float sum = 0;
+            for (int j = 0; j < n; ++j) sum = __fadd_rn(sum, C[j * n + k]);
+            for (int j = 0; j < n; ++j) C[j * n + k] = __fdiv_rn(C[j * n + k], __fadd_rn(sum, eps));
+        }
+    };
+    normalise_columns();
+    for (int it = 1; it < iters; ++it) {
+        for (int j = 0; j < n; ++j) {
+            float sum = 0;
+            for (int k = 0; k < n; ++k) sum = __fadd_rn(sum, C[j * n + k]);
+            for (int k = 0; k < n; ++k) C[j * n + k] = __fdiv_rn(C[j * n + k], __fadd_rn(sum, eps));
+        }
+        normalise_columns();
+    }
+}
+
+// The same by one warp, for n*n <= 32: lane q < n*n holds comb entry (q / n, q % n); each row or
+// column sum gathers its n entries with shuffles and adds them in the CPU's order (0 + C[.][0] +
+// C[.][1] + ...), so the result is the serial version's, bit for bit, in a fraction of its time.
+// Every lane of the warp must call it.
+__device__ void hc_pre_gates_warp(const float* m, const float* base, const float* sc, int n, int iters, float eps,
+                                  float* pre, float* post, float* comb) {
+    const unsigned full = 0xffffffffu;
+    const int lane = threadIdx.x & 31;
+    if (lane < n) {
+        pre[lane] = __fadd_rn(sigmoid_ref(__fadd_rn(__fmul_rn(m[lane], sc[0]), base[lane])), eps);
+        post[lane] = __fmul_rn(2.0f, sigmoid_ref(__fadd_rn(__fmul_rn(m[n + lane], sc[1]), base[n + lane])));
+    }
+    const bool own = lane < n * n;
+    const int j = lane / n, k = lane % n;  // lanes past n*n compute garbage that nobody reads
+    float v = own ? __fadd_rn(__fmul_rn(m[2 * n + lane], sc[2]), base[2 * n + lane]) : 0.0f;
+    // row softmax
+    float mx = -INFINITY;
+    for (int q = 0; q < n; ++q) {
+        const float r = __shfl_sync(full, v, j * n + q);
+        mx = mx < r ? r : mx;
+    }
+    v = exp_ref(__fsub_rn(v, mx));
+    float sum = 0;
+    for (int q = 0; q < n; ++q) sum = __fadd_rn(sum, __shfl_sync(full, v, j * n + q));
+    v = __fadd_rn(__fdiv_rn(v, sum), eps);
+    auto normalise_columns = [&] {
+        float s = 0;
+        for (int q = 0; q < n; ++q) s = __fadd_rn(s, __shfl_sync(full, v, q * n + k));
+        v = __fdiv_rn(v, __fadd_rn(s, eps));
+    };
+    normalise_columns();
+    for (int it = 1; it < iters; ++it) {
+        float s = 0;
+        for (int q = 0; q < n; ++q) s = __fadd_rn(s, __shfl_sync(full, v, j * n + q));
+        v = __fdiv_rn(v, __fadd_rn(s, eps));
+        normalise_columns();
+    }
+    if (own) comb[lane] = v;
+}
+
+// One cluster of C blocks per token (launched with a cluster dimension of C; C = 1 for many
+// tokens). Block `rank` of the cluster takes a contiguous 1/C of the n*D columns for the RMS sum
+// and the mix dot products, and 1/C of the D output columns; the partial sums are exchanged
+// through distributed shared memory and added in rank order, so every block of the cluster
+// holds the same mix and gates, and the result does not depend on timing.
+// G: mix rows accumulated per pass over the columns (registers per thread).
+template <int TYPE, int G, bool HEAD>
+__global__ void __launch_bounds__(kHcThreads) hc_kernel(const HcArgs a) {
+    __shared__ double s_red_d[kHcWarps];
+    __shared__ double s_ss;       // this block's partial sum of squares
+    __shared__ float s_scale;     // the token's RMS scale
+    __shared__ float s_red[G * kHcWarps];
+    __shared__ float s_part[kMaxMix];  // this block's partial mix sums
+    __shared__ float s_mix[kMaxMix], s_base[kMaxMix], s_sc[3];
+    __shared__ float s_pre[kMaxHc], s_post[kMaxHc], s_comb[kMaxHc * kMaxHc];
+
+    cg::cluster_group cluster = cg::this_cluster();
+    const unsigned C = cluster.num_blocks(), rank = cluster.block_rank();
+    const int64_t t = int64_t(blockIdx.x / C);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int n = a.n;
+    const int64_t D = a.D, nD = int64_t(n) * D;
+    const float* x = a.X + t * nD;
+
+    const int64_t cchunk = (nD + C - 1) / C;
+    const int64_t c0 = min64(nD, int64_t(rank) * cchunk), c1 = min64(nD, c0 + cchunk);
+
+    // 1. RMS scale of the flattened row.
+    double ss = 0;
+    for (int64_t i = c0 + tid; i < c1; i += kHcThreads) {
+        const double v = x[i];
+        ss += v * v;
+    }
+    ss = block_sum_double(ss, s_red_d);
+    if (tid == 0) s_ss = ss;
+    cluster.sync();
+    if (tid == 0) {
+        double tot = 0;
+        for (unsigned q = 0; q < C; ++q) tot += *cluster.map_shared_rank(&s_ss, q);
+        s_scale = rms_from_ss(tot, nD, a.norm_eps);
+    }
+    __syncthreads();
+    const float s = s_scale;
+
+    // 2. Partial mix sums over this block's columns, G rows per pass.
+    for (int r0 = 0; r0 < a.rows; r0 += G) {
+        float acc[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) acc[g] = 0.0f;
+        for (int64_t i = c0 + tid; i < c1; i += kHcThreads) {
+            const float xn = __fmul_rn(x[i], s);  // the CPU's normalised row element
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+                if (r0 + g < a.rows) acc[g] = fmaf(load_elem<TYPE>(a.fn + size_t(r0 + g) * a.fn_row_bytes, i), xn, acc[g]);
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const float v = warp_sum(acc[g]);
+            if (lane == 0) s_red[g * kHcWarps + warp] = v;
+        }
+        __syncthreads();
+        if (tid < G && r0 + tid < a.rows) {
+            float v = 0;
+            for (int w = 0; w < kHcWarps; ++w) v += s_red[tid * kHcWarps + w];
+            s_part[r0 + tid] = v;
+        }
+        __syncthreads();
+    }
+    cluster.sync();
+    // 3. The whole mix, in every block: partials added in rank order.
+    if (tid < a.rows) {
+        float v = 0;
+        for (unsigned q = 0; q < C; ++q) v += *cluster.map_shared_rank(&s_part[tid], q);
+        s_mix[tid] = v;
+        s_base[tid] = a.base[tid];
+    }
+    if (tid < (HEAD ? 1 : 3)) s_sc[tid] = a.scale[tid];
+    cluster.sync();  // no block leaves (or reuses its shared memory) while another still reads it
+
+    // 4. Gates (warp 0; every block computes the same ones, rank 0 stores post and comb).
+    if constexpr (HEAD) {
+        if (tid < n) s_pre[tid] = __fadd_rn(sigmoid_ref(__fadd_rn(__fmul_rn(s_mix[tid], s_sc[0]), s_base[tid])), a.hc_eps);
+    } else if (n * n <= 32) {
+        if (warp == 0) hc_pre_gates_warp(s_mix, s_base, s_sc, n, a.iters, a.hc_eps, s_pre, s_post, s_comb);
+    } else if (tid == 0) {
+        hc_pre_gates_serial(s_mix, s_base, s_sc, n, a.iters, a.hc_eps, s_pre, s_post, s_comb);
+    }
+    __syncthreads();
+    if constexpr (!HEAD) {
+        if (rank == 0) {
+            if (tid < n) a.post[t * n + tid] = s_post[tid];
+            if (tid < n * n) a.comb[t * n * n + tid] = s_comb[tid];
+        }
+    }
+
+    // 5. y[t, i] = sum_j pre[j] X[t, j, i] over this block's share of the D columns.
+    const int64_t dchunk = (D + C - 1) / C;
+    const int64_t d0 = min64(D, int64_t(rank) * dchunk), d1 = min64(D, d0 + dchunk);
+    float* out = a.y + t * D;
+    for (int64_t i = d0 + tid; i < d1; i += kHcThreads) {
+        float acc = 0;
+        for (int j = 0; j < n; ++j) acc = __fadd_rn(acc, __fmul_rn(s_pre[j], x[j * D + i]));
+        out[i] = acc;
+    }
+}
+
+void check_hc_shape(const char* op, const HcShape& s) {
+    if (s.n < 1 || s.n > kMaxHc) fail("CUDA ", op, ": hc streams n = ", s.n, " (1..", kMaxHc, " supported)");
+    if (s.D < 1) fail("CUDA ", op, ": hidden D = ", s.D);
+    if (s.iters < 1) fail("CUDA ", op, ": Sinkhorn iterations = ", s.iters);
+}
+
+void check_weight(const char* op, const char* what, const DeviceMat& w, int64_t rows, int64_t cols) {
+    if (!w.data) fail("CUDA ", op, ": ", what, " has no device data");
+    if (w.rows != rows || w.cols != cols)
+        fail("CUDA ", op, ": ", what, " is [", w.rows, ", ", w.cols, "], expected [", rows, ", ", cols, "]");
+    if (!cpu::is_float_weight_type(w.type)) fail("CUDA ", op, ": ", what, " has type ", gguf::type_name(w.type));
+    dispatch_wtype(int(w.type), [&]<int TYPE>() {});  // throws for a type the CUDA backend does not read
+    const size_t need = cpu::row_bytes(w.type, cols);
+    if (w.row_bytes < need)
+        fail("CUDA ", op, ": ", what, " rows of ", w.row_bytes, " bytes, ", need, " needed for ", cols, " ",
+             gguf::type_name(w.type), " values");
+}
+
+// Blocks per token: enough clusters to give every multiprocessor two blocks, at most 8.
+int hc_cluster_size(int64_t T) {
+    const int64_t want = 2 * int64_t(device_limits().sms);
+    int c = kHcMaxCluster;
+    while (c > 1 && T * (c / 2) >= want) c /= 2;
+    return c;
+}
+
+template <bool HEAD>
+void launch_hc(const char* op, const DeviceMat& fn, const HcArgs& a, int64_t T, Stream stream) {
+    const int C = hc_cluster_size(T);
+    if (T * C > INT_MAX) fail("CUDA ", op, ": ", T, " tokens");
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(T * C));
+    cfg.blockDim = dim3(kHcThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(C);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    dispatch_wtype(int(fn.type), [&]<int TYPE>() {
+        if (a.rows <= 4) {
+            DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, hc_kernel<TYPE, 4, HEAD>, a));
+        } else if (HEAD || a.rows <= 8) {  // hc_head has n <= 8 rows
+            DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, hc_kernel<TYPE, 8, HEAD>, a));
+        } else if constexpr (!HEAD) {
+            DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, hc_kernel<TYPE, 24, HEAD>, a));
+        }
+    });
+    DSV4_LAUNCH_CHECK();
+}
+
+// ---- hc_post --------------------------------------------------------------------------------
+
+// One thread per (token, column i): reads X[t, j, i] for every stream j, writes every X[t, k, i].
+__global__ void __launch_bounds__(256) hc_post_kernel(float* X, const float* f, const float* post, const float* comb,
+                                                      int n, int64_t D, int64_t blocks_per_token) {
+    const int64_t t = int64_t(blockIdx.x) / blocks_per_token;
+    const int64_t i = (int64_t(blockIdx.x) % blocks_per_token) * blockDim.x + threadIdx.x;
+    if (i >= D) return;
+    float* x = X + t * n * D;
+    const float* C = comb + t * n * n;
+    float old[kMaxHc];
+#pragma unroll
+    for (int j = 0; j < kMaxHc; ++j)
+        if (j < n) old[j] = x[j * D + i];
+    const float fi = f[t * D + i];
+#pragma unroll
+    for (int k = 0; k < kMaxHc; ++k) {
+        if (k >= n) break;
+        float acc = 0;
+#pragma unroll
+        for (int j = 0; j < kMaxHc; ++j)
+            if (j < n) acc = __fadd_rn(acc, __fmul_rn(C[j * n + k], old[j]));
+        x[k * D + i] = __fadd_rn(__fmul_rn(post[t * n + k], fi), acc);
+    }
+}
+
+// ---- swiglu ---------------------------------------------------------------------------------
+
+__global__ void swiglu_kernel(float* gate, const float* up, int64_t n, float limit) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        float g = gate[i], u = up[i];
+        if (limit > 0) {
+            g = limit < g ? limit : g;                          // std::min(g, limit)
+            u = u < -limit ? -limit : (limit < u ? limit : u);  // std::clamp(u, -limit, limit)
+        }
+        gate[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, exp_ref(-g))), u);
+    }
+}
+
+// ---- route ----------------------------------------------------------------------------------
+
+// (key, id) a beats (key, id) b: larger key, ties to the lower id. NaN keys never win.
+__device__ __forceinline__ bool beats(float ka, int ia, float kb, int ib) {
+    return ka > kb || (ka == kb && ia < ib);
+}
+
+// One warp per token. Scores and keys sit in shared memory (E each per warp); top-k takes k
+// rounds of a warp arg-max, lane l owning experts l, l+32, ... (chosen ones marked in a bit mask).
+__global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(const float* logits, int64_t T, int E, int k,
+                                                                 const float* bias, const int32_t* tid2eid,
+                                                                 const int32_t* tokens, float routed_scale,
+                                                                 int32_t* ids, float* weights) {
+    extern __shared__ float route_smem[];  // [kRouteWarps][2][E]: scores, keys
+    __shared__ int32_t s_id[kRouteWarps][kMaxTopK];
+    __shared__ float s_sc[kRouteWarps][kMaxTopK];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t t = int64_t(blockIdx.x) * kRouteWarps + warp;
+    if (t >= T) return;  // the whole warp
+    const float* lg = logits + t * E;
+    if (tid2eid) {
+        if (lane < k) {
+            const int32_t e = tid2eid[int64_t(tokens[t]) * k + lane];
+            const bool ok = e >= 0 && e < E;
+            s_id[warp][lane] = ok ? e : -1;
+            s_sc[warp][lane] = ok ? route_score(lg[e]) : __int_as_float(0x7fc00000);
+        }
+    } else {
+        float* score = route_smem + size_t(warp) * 2 * E;
+        float* key = score + E;
+        for (int e = lane; e < E; e += 32) {
+            score[e] = route_score(lg[e]);
+            key[e] = bias ? __fadd_rn(score[e], bias[e]) : score[e];
+        }
+        __syncwarp();
+        unsigned chosen = 0;  // bit j: expert lane + 32 j
+        for (int r = 0; r < k; ++r) {
+            float bk = -INFINITY, bs = 0;
+            int bi = INT_MAX;
+            for (int j = 0, e = lane; e < E; ++j, e += 32)
+                if (!(chosen >> j & 1u) && beats(key[e], e, bk, bi)) {
+                    bk = key[e];
+                    bi = e;
+                    bs = score[e];
+                }
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ok = __shfl_xor_sync(0xffffffffu, bk, o);
+                const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                const float os = __shfl_xor_sync(0xffffffffu, bs, o);
+                if (beats(ok, oi, bk, bi)) {
+                    bk = ok;
+                    bi = oi;
+                    bs = os;
+                }
+            }
+            // Every lane holds the same winner (a total order over distinct ids).
+            if (bi == INT_MAX) {  // fewer than k experts with a comparable key (NaN logits)
+                bi = -1;
+                bs = __int_as_float(0x7fc00000);
+            } else if ((bi & 31) == lane) {
+                chosen |= 1u << (bi >> 5);
+            }
+            if (lane == 0) {
+                s_id[warp][r] = bi;
+                s_sc[warp][r] = bs;
+            }
+        }
+    }
+    __syncwarp();
+    if (lane == 0) {
+        float sum = 0;
+        for (int i = 0; i < k; ++i) sum = __fadd_rn(sum, s_sc[warp][i]);
+        const float den = __fadd_rn(sum, 1e-20f);
+        for (int i = 0; i < k; ++i) {
+            ids[t * k + i] = s_id[warp][i];
+            weights[t * k + i] = __fmul_rn(__fdiv_rn(s_sc[warp][i], den), routed_scale);
+        }
+    }
+}
+
+// ---- moe_group ------------------------------------------------------------------------------
+
+// One block. Counts per expert (shared atomics: the counts do not depend on their order), an
+// exclusive scan for the offsets, then a stable placement in chunks of kGroupThreads pairs: a
+// pair's position is its expert's running base + the same-expert pairs of earlier warps in the
+// chunk + the same-expert pairs of earlier lanes of its warp (__match_any_sync).
+__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const int32_t* ids, int N, int E, int32_t* offsets,
+                                                                 int32_t* order, int32_t* expert_of,
+                                                                 int32_t* slot_pos) {
+    extern __shared__ int32_t group_smem[];
+    int32_t* base = group_smem;     // [E] running start of each expert's next pairs
+    int32_t* wc = group_smem + E;   // [kGroupWarps][E] pairs of each warp of the chunk per expert
+    __shared__ int32_t s_total;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+    for (int e = tid; e < E; e += kGroupThreads) base[e] = 0;
+    for (int q = tid; q < kGroupWarps * E; q += kGroupThreads) wc[q] = 0;
+    __syncthreads();
+    for (int p = tid; p < N; p += kGroupThreads) {
+        const int e = ids[p];
+        if (e >= 0 && e < E) atomicAdd(&base[e], 1);
+    }
+    __syncthreads();
+    if (warp == 0) {
+        int carry = 0;
+        for (int e0 = 0; e0 < E; e0 += 32) {
+            const int e = e0 + lane;
+            const int v = e < E ? base[e] : 0;
+            int incl = v;
+            for (int o = 1; o < 32; o <<= 1) {
+                const int u = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += u;
+            }
+            if (e < E) {
+                base[e] = carry + incl - v;
+                offsets[e] = carry + incl - v;
+            }
+            carry += __shfl_sync(0xffffffffu, incl, 31);
+        }
+        if (lane == 0) {
+            offsets[E] = carry;
+            s_total = carry;
+        }
+    }
+    __syncthreads();
+    const unsigned lt = (1u << lane) - 1u;
+    for (int c0 = 0; c0 < N; c0 += kGroupThreads) {
+        const int p = c0 + tid;
+        const int e = p < N ? ids[p] : -1;
+        const bool valid = e >= 0 && e < E;
+        const unsigned same = __match_any_sync(0xffffffffu, valid ? e : -1);
+        const int rank = __popc(same & lt);
+        if (valid && rank == 0) wc[warp * E + e] = __popc(same);
+        __syncthreads();
+        if (valid) {
+            int pos = base[e] + rank;
+            for (int w = 0; w < warp; ++w) pos += wc[w * E + e];
+            order[pos] = p;
+            expert_of[pos] = e;
+            slot_pos[p] = pos;
+        } else if (p < N) {
+            slot_pos[p] = -1;
+        }
+        __syncthreads();
+        for (int ee = tid; ee < E; ee += kGroupThreads) {
+            int add = 0;
+            for (int w = 0; w < kGroupWarps; ++w) {
+                add += wc[w * E + ee];
+                wc[w * E + ee] = 0;
+            }
+            base[ee] += add;
+        }
+        __syncthreads();
+    }
+    for (int q = s_total + tid; q < N; q += kGroupThreads) {  // positions of left-out pairs
+        order[q] = -1;
+        expert_of[q] = -1;
+    }
+}
+
+// ---- gather_rows, moe_combine, add_to_streams ------------------------------------------------
+
+template <bool VEC4>
+__global__ void __launch_bounds__(256) gather_rows_kernel(const float* x, const int32_t* order, int k, int64_t D,
+                                                          float* xs) {
+    const int64_t p = blockIdx.x;
+    const int32_t pair = order[p];
+    float* dst = xs + p * D;
+    if (pair < 0) {
+        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) dst[i] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const float* src = x + int64_t(pair / k) * D;
+    if constexpr (VEC4) {
+        const float4* s4 = reinterpret_cast<const float4*>(src);
+        float4* d4 = reinterpret_cast<float4*>(dst);
+        for (int64_t i = threadIdx.x; i < D / 4; i += blockDim.x) d4[i] = s4[i];
+    } else {
+        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) dst[i] = src[i];
+    }
+}
+
+// One block per token: thread 0 sorts the token's slots by (expert, slot) (insertion sort,
+// k <= 16), then every thread adds its columns in that order.
+__global__ void __launch_bounds__(256) moe_combine_kernel(const float* ys, const int32_t* ids, const float* weights,
+                                                          const int32_t* slot_pos, int k, int64_t D,
+                                                          const float* shared, float* out) {
+    __shared__ int32_t s_pos[kMaxTopK];
+    __shared__ float s_w[kMaxTopK];
+    const int64_t t = blockIdx.x;
+    if (threadIdx.x == 0) {
+        int32_t e_sorted[kMaxTopK];
+        for (int i = 0; i < k; ++i) {
+            const int32_t e = ids[t * k + i];
+            const int32_t pos = slot_pos[t * k + i];
+            const float w = weights[t * k + i];
+            int q = i;
+            while (q > 0 && e_sorted[q - 1] > e) {  // stable: equal experts keep slot order
+                e_sorted[q] = e_sorted[q - 1];
+                s_pos[q] = s_pos[q - 1];
+                s_w[q] = s_w[q - 1];
+                --q;
+            }
+            e_sorted[q] = e;
+            s_pos[q] = pos;
+            s_w[q] = w;
+        }
+    }
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+        float acc = 0;
+        for (int q = 0; q < k; ++q) {
+            const int32_t pos = s_pos[q];
+            const float v = pos >= 0 ? ys[int64_t(pos) * D + i] : __int_as_float(0x7fc00000);
+            acc = __fadd_rn(acc, __fmul_rn(v, s_w[q]));
+        }
+        if (shared) acc = __fadd_rn(acc, shared[t * D + i]);
+        out[t * D + i] = acc;
+    }
+}
+
+__global__ void add_to_streams_kernel(float* X, const float* e, int64_t T, int n, int64_t D) {
+    const int64_t total = T * n * D;
+    for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < total; q += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t t = q / (int64_t(n) * D), i = q % D;
+        X[q] = __fadd_rn(X[q], e[t * D + i]);
+    }
+}
+
+// Grid for the grid-stride elementwise kernels.
+unsigned elementwise_blocks(int64_t n) { return unsigned(std::clamp<int64_t>((n + 255) / 256, 1, 65536)); }
+
+void need(const void* p, const char* op, const char* what) {
+    if (!p) fail("CUDA ", op, ": ", what, " is null");
+}
+
+}  // namespace
+
+void rmsnorm(float* x, int64_t T, int64_t n, const float* weight, float eps, Stream stream) {
+    if (T < 0 || n < 1) fail("CUDA rmsnorm: T = ", T, ", n = ", n);
+    if (T > INT_MAX) fail("CUDA rmsnorm: ", T, " rows");
+    if (T == 0) return;
+    need(x, "rmsnorm", "x");
+    rmsnorm_kernel<<<unsigned(T), 256, 0, stream>>>(x, n, weight, eps);
+    DSV4_LAUNCH_CHECK();
+}
+
+void embed_streams(const DeviceMat& embed, const int32_t* tokens, int64_t T, int hc, float* X, Stream stream) {
+    if (T < 0 || hc < 1) fail("CUDA embed_streams: T = ", T, ", hc = ", hc);
+    if (T > INT_MAX) fail("CUDA embed_streams: ", T, " tokens");
+    if (T == 0) return;
+    check_weight("embed_streams", "the embedding", embed, embed.rows, embed.cols);
+    if (embed.rows < 1 || embed.cols < 1) fail("CUDA embed_streams: embedding [", embed.rows, ", ", embed.cols, "]");
+    need(tokens, "embed_streams", "tokens");
+    need(X, "embed_streams", "X");
+    dispatch_wtype(int(embed.type), [&]<int TYPE>() {
+        embed_kernel<TYPE><<<unsigned(T), 256, 0, stream>>>(embed.data, embed.row_bytes, embed.rows, embed.cols, tokens,
+                                                            hc, X);
+    });
+    DSV4_LAUNCH_CHECK();
+}
+
+void hc_pre(const HcShape& s, const DeviceMat& fn, const float* base, const float* scale, const float* X, int64_t T,
+            float* y, float* post, float* comb, Stream stream) {
+    check_hc_shape("hc_pre", s);
+    if (T < 0) fail("CUDA hc_pre: T = ", T);
+    if (T == 0) return;
+    const int mix = (2 + s.n) * s.n;
+    check_weight("hc_pre", "fn", fn, mix, int64_t(s.n) * s.D);
+    need(base, "hc_pre", "base");
+    need(scale, "hc_pre", "scale");
+    need(X, "hc_pre", "X");
+    need(y, "hc_pre", "y");
+    need(post, "hc_pre", "post");
+    need(comb, "hc_pre", "comb");
+    const HcArgs a{fn.data, fn.row_bytes, mix, base, scale, X, s.n, s.D, s.iters, s.hc_eps, s.norm_eps, y, post, comb};
+    launch_hc<false>("hc_pre", fn, a, T, stream);
+}
+
+void hc_post(const HcShape& s, float* X, const float* f, const float* post, const float* comb, int64_t T,
+             Stream stream) {
+    check_hc_shape("hc_post", s);
+    if (T < 0) fail("CUDA hc_post: T = ", T);
+    if (T == 0) return;
+    need(X, "hc_post", "X");
+    need(f, "hc_post", "f");
+    need(post, "hc_post", "post");
+    need(comb, "hc_post", "comb");
+    const int64_t bpt = ceil_div(s.D, 256);
+    if (T * bpt > INT_MAX) fail("CUDA hc_post: ", T, " tokens of ", s.D);
+    hc_post_kernel<<<unsigned(T * bpt), 256, 0, stream>>>(X, f, post, comb, s.n, s.D, bpt);
+    DSV4_LAUNCH_CHECK();
+}
+
+void hc_head(const HcShape& s, const DeviceMat& fn, const float* base, const float* scale, const float* X, int64_t T,
+             float* y, Stream stream) {
+    check_hc_shape("hc_head", s);
+    if (T < 0) fail("CUDA hc_head: T = ", T);
+    if (T == 0) return;
+    check_weight("hc_head", "fn", fn, s.n, int64_t(s.n) * s.D);
+    need(base, "hc_head", "base");
+    need(scale, "hc_head", "scale");
+    need(X, "hc_head", "X");
+    need(y, "hc_head", "y");
+    const HcArgs a{fn.data, fn.row_bytes, s.n, base, scale, X, s.n, s.D, s.iters, s.hc_eps, s.norm_eps, y, nullptr,
+                   nullptr};
+    launch_hc<true>("hc_head", fn, a, T, stream);
+}
+
+void swiglu(float* gate, const float* up, int64_t n, float limit, Stream stream) {
+    if (n < 0) fail("CUDA swiglu: n = ", n);
+    if (n == 0) return;
+    need(gate, "swiglu", "gate");
+    need(up, "swiglu", "up");
+    swiglu_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(gate, up, n, limit);
+    DSV4_LAUNCH_CHECK();
+}
+
+void route(const float* logits, int64_t T, int E, int k, const float* bias, const int32_t* tid2eid,
+           const int32_t* tokens, float routed_scale, int32_t* ids, float* weights, Stream stream) {
+    if (T < 0) fail("CUDA route: T = ", T);
+    if (E < 1 || E > kMaxExperts) fail("CUDA route: ", E, " experts (1..", kMaxExperts, " supported)");
+    if (k < 1 || k > E || k > kMaxTopK) fail("CUDA route: top-k ", k, " of ", E, " experts (at most ", kMaxTopK, ")");
+    if (T == 0) return;
+    need(logits, "route", "logits");
+    need(ids, "route", "ids");
+    need(weights, "route", "weights");
+    if (tid2eid) need(tokens, "route", "tokens (hash routing)");
+    const int64_t blocks = (T + kRouteWarps - 1) / kRouteWarps;
+    if (blocks > INT_MAX) fail("CUDA route: ", T, " tokens");
+    const size_t smem = tid2eid ? 0 : size_t(kRouteWarps) * 2 * size_t(E) * sizeof(float);
+    route_kernel<<<unsigned(blocks), kRouteWarps * 32, smem, stream>>>(logits, T, E, k, bias, tid2eid, tokens,
+                                                                       routed_scale, ids, weights);
+    DSV4_LAUNCH_CHECK();
+}
+
+void moe_group(const int32_t* ids, int64_t T, int k, int E, int32_t* offsets, int32_t* order, int32_t* expert_of,
+               int32_t* slot_pos, Stream stream) {
+    if (T < 0 || k < 1) fail("CUDA moe_group: T = ", T, ", k = ", k);
+    if (E < 1 || E > kMaxExperts) fail("CUDA moe_group: ", E, " experts (1..", kMaxExperts, " supported)");
+    const int64_t N = T * k;
+    if (N > INT_MAX) fail("CUDA moe_group: ", N, " (token, slot) pairs");
+    need(offsets, "moe_group", "offsets");
+    if (N > 0) {
+        need(ids, "moe_group", "ids");
+        need(order, "moe_group", "order");
+        need(expert_of, "moe_group", "expert_of");
+        need(slot_pos, "moe_group", "slot_pos");
+    }
+    const size_t smem = size_t(1 + kGroupWarps) * size_t(E) * sizeof(int32_t);
+    if (smem > 48 * 1024)
+        DSV4_CUDA_CHECK(cudaFuncSetAttribute(moe_group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    moe_group_kernel<<<1, kGroupThreads, smem, stream>>>(ids, int(N), E, offsets, order, expert_of, slot_pos);
+    DSV4_LAUNCH_CHECK();
+}
+
+void gather_rows(const float* x, const int32_t* order, int64_t N, int k, int64_t D, float* xs, Stream stream) {
+    if (N < 0 || k < 1 || D < 1) fail("CUDA gather_rows: N = ", N, ", k = ", k, ", D = ", D);
+    if (N > INT_MAX) fail("CUDA gather_rows: ", N, " rows");
+    if (N == 0) return;
+    need(x, "gather_rows", "x");
+    need(order, "gather_rows", "order");
+    need(xs, "gather_rows", "xs");
+    const bool vec = D % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (reinterpret_cast<uintptr_t>(xs) & 15) == 0;
+    if (vec)
+        gather_rows_kernel<true><<<unsigned(N), 256, 0, stream>>>(x, order, k, D, xs);
+    else
+        gather_rows_kernel<false><<<unsigned(N), 256, 0, stream>>>(x, order, k, D, xs);
+    DSV4_LAUNCH_CHECK();
+}
+
+void moe_combine(const float* ys, const int32_t* ids, const float* weights, const int32_t* slot_pos, int64_t T, int k,
+                 int64_t D, const float* shared, float* out, Stream stream) {
+    if (T < 0 || D < 1) fail("CUDA moe_combine: T = ", T, ", D = ", D);
+    if (k < 1 || k > kMaxTopK) fail("CUDA moe_combine: k = ", k, " (1..", kMaxTopK, " supported)");
+    if (T > INT_MAX) fail("CUDA moe_combine: ", T, " tokens");
+    if (T == 0) return;
+    need(ys, "moe_combine", "ys");
+    need(ids, "moe_combine", "ids");
+    need(weights, "moe_combine", "weights");
+    need(slot_pos, "moe_combine", "slot_pos");
+    need(out, "moe_combine", "out");
+    moe_combine_kernel<<<unsigned(T), 256, 0, stream>>>(ys, ids, weights, slot_pos, k, D, shared, out);
+    DSV4_LAUNCH_CHECK();
+}
+
+void add_to_streams(float* X, const float* e, int64_t T, int n, int64_t D, Stream stream) {
+    if (T < 0 || n < 1 || D < 1) fail("CUDA add_to_streams: T = ", T, ", n = ", n, ", D = ", D);
+    if (T == 0) return;
+    need(X, "add_to_streams", "X");
+    need(e, "add_to_streams", "e");
+    add_to_streams_kernel<<<elementwise_blocks(T * n * D), 256, 0, stream>>>(X, e, T, n, D);
+    DSV4_LAUNCH_CHECK();
+}
+
+}  // namespace dsv4::cuda
