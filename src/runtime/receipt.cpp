@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -40,6 +41,9 @@ std::string run_capture(const std::string& cmd, int& status) {
 }  // namespace
 
 std::string git_commit(const std::string& source_dir) {
+    // A binary built here and run on another machine (the GPU machine gets a copy of the tree
+    // without .git) is told its commit.
+    if (const char* c = std::getenv("DSV4_COMMIT"); c && *c) return c;
     if (source_dir.empty()) return "unknown";
     const std::string git = "git -C " + shell_quote(source_dir);
     int st = 0;

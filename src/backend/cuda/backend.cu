@@ -101,7 +101,9 @@ ForwardBackend::Peak CudaBackend::measure_peak() const {
         p.read_bytes_s = double(n) / (ms * 1e-3);
     }
     std::string flop_method = "cuBLAS not found (libcublas.so.13): no tensor-core peak";
-    if (void* lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL)) {
+    void* lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) lib = dlopen("/usr/local/cuda/lib64/libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (lib) {
         auto create = reinterpret_cast<CreateFn>(dlsym(lib, "cublasCreate_v2"));
         auto destroy = reinterpret_cast<DestroyFn>(dlsym(lib, "cublasDestroy_v2"));
         auto gemm_ex = reinterpret_cast<GemmExFn>(dlsym(lib, "cublasGemmEx"));

@@ -236,9 +236,28 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
     const int G = c.o_groups;
     const int64_t per_group = Hd / G, GL = int64_t(G) * c.o_lora;
     float* u = f("o_lora", T * GL);
-    for (int g = 0; g < G; ++g)
-        gemm(slice_rows(L.o_a.mat, int64_t(g) * c.o_lora, int64_t(g + 1) * c.o_lora), attn + g * per_group, Hd, T,
-             u + int64_t(g) * c.o_lora, GL, ws_);
+    if (T <= kMaxMatvecTokens) {
+        // One launch for all groups: o_a seen as G matrices [o_lora, per_group], problem g
+        // reading its heads' slice of each token's row and writing its o_lora columns.
+        DeviceMat stack = L.o_a.mat;
+        stack.rows = c.o_lora;
+        stack.count = G;
+        MatvecArgs ma;
+        ma.x = attn;
+        ma.ldx = Hd;
+        ma.x_stride = per_group;
+        ma.T = int(T);
+        ma.y = u;
+        ma.ldy = GL;
+        ma.y_stride = c.o_lora;
+        ma.n = G;
+        const size_t need = matvec_workspace_bytes(stack, ma);
+        matvec(stack, ma, need ? ws_.get(need) : nullptr, need);
+    } else {
+        for (int g = 0; g < G; ++g)
+            gemm(slice_rows(L.o_a.mat, int64_t(g) * c.o_lora, int64_t(g + 1) * c.o_lora), attn + g * per_group, Hd, T,
+                 u + int64_t(g) * c.o_lora, GL, ws_);
+    }
     gemm(L.o_b.mat, u, GL, T, out, D, ws_);
 }
 
