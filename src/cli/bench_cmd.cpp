@@ -17,6 +17,7 @@
 #include "runtime/bench.h"
 #include "runtime/bench_roofline.h"
 #include "runtime/receipt.h"
+#include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer.h"
 #ifdef DSV4_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -72,6 +73,20 @@ std::unique_ptr<Model> open_synthetic(const BenchArgs& args) {
 #endif
 }
 
+// The generation loop of a speculative arm needs a tokenizer (end of sequence, text); a synthetic
+// model has none, so it gets the byte alphabet plus placeholder tokens up to its vocabulary
+// (bench decodes past end of sequence and ignores the text).
+TokenizerSpec placeholder_tokenizer(const ModelConfig& c) {
+    TokenizerSpec t;
+    for (int b = 0; b < 256 && b < c.vocab; ++b) t.tokens.push_back(byte_level::encode_byte(uint8_t(b)));
+    for (int i = int(t.tokens.size()); i < c.vocab; ++i) t.tokens.push_back("<t" + std::to_string(i) + ">");
+    t.types.assign(t.tokens.size(), TokenType::Normal);
+    t.bos = c.bos;
+    t.eos = c.eos;
+    t.source = "placeholder tokenizer of a synthetic model";
+    return t;
+}
+
 // "2048,8192" -> {2048, 8192}; each a positive token count.
 std::vector<int64_t> parse_lengths(const std::string& text) {
     std::vector<int64_t> out;
@@ -123,8 +138,12 @@ int run_bench(const BenchArgs& args) {
         BenchArm arm{models[key].get(), arm_prefill_options(o), {}};
         drafters.push_back(std::make_unique<spec::DrafterFactory>(spec::parse_spec(o.spec), *arm.model, arm.prefill));
         if (drafters.back()->enabled()) {
-            if (!has_tokenizer(arm.model->file())) fail(p, ": speculative arms need a model file with a tokenizer");
-            tokenizers.push_back(std::make_unique<Tokenizer>(arm.model->file()));
+            if (!arm.model->has_file())
+                tokenizers.push_back(std::make_unique<Tokenizer>(placeholder_tokenizer(arm.model->config())));
+            else if (!has_tokenizer(arm.model->file()))
+                fail(p, ": speculative arms need a model file with a tokenizer");
+            else
+                tokenizers.push_back(std::make_unique<Tokenizer>(arm.model->file()));
             arm.decode.drafters = drafters.back().get();
             arm.decode.tokenizer = tokenizers.back().get();
             arm.decode.spec.cap = o.spec_cap;

@@ -35,6 +35,8 @@ public:
     // the LM head left out).
     virtual double decode_bytes_per_token() const = 0;
     virtual double prefill_flop_per_token() const = 0;
+    // Weight bytes one MTP step reads (its block, experts at top_k of n, and the LM head).
+    virtual double mtp_bytes_per_token() const = 0;
     // The device's ceilings, measured now: HBM read bandwidth (a streaming read kernel) and the
     // dense tensor-core rate (cuBLAS bf16 GEMM), with how they were measured.
     struct Peak {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -14,11 +15,14 @@ constexpr uint64_t kSeedMix = 0xD1B54A32D192ED03ull;
 }  // namespace
 
 double decode_step_bytes(const Model& m) {
+    if (!m.has_file()) return m.backend()->decode_bytes_per_token();
     const ModelConfig& c = m.config();
     const double routed = c.n_experts > 0 ? double(c.top_k) / double(c.n_experts) : 1.0;
     double b = 0;
     for (const gguf::TensorInfo& t : m.file().tensors()) {
         if (t.name.rfind("token_embd", 0) == 0) continue;
+        // The MTP blocks (blk.{n_layers + i}) are not part of a decode step.
+        if (t.name.rfind("blk.", 0) == 0 && std::atoi(t.name.c_str() + 4) >= c.n_layers) continue;
         b += double(t.nbytes) * (t.name.find("_exps") != std::string::npos ? routed : 1.0);
     }
     return b;

@@ -11,6 +11,7 @@ namespace {
 
 // Bytes one MTP step reads: its block (routed experts at top_k / n_experts) and the LM head.
 double mtp_step_bytes(const Model& m) {
+    if (!m.has_file()) return m.backend()->mtp_bytes_per_token();
     const ModelConfig& c = m.config();
     const std::string prefix = "blk." + std::to_string(c.n_layers) + ".";
     const double routed = c.n_experts > 0 ? double(c.top_k) / double(c.n_experts) : 1.0;
@@ -31,7 +32,7 @@ int32_t argmax(const std::vector<float>& x) {
 
 MtpDrafter::MtpDrafter(const Model& model) : model_(model), state_(model.mtp_config()) {
     if (!model.has_mtp())
-        throw UsageError(cat(model.file().path(), ": --spec mtp needs an MTP block (nextn_predict_layers), "
+        throw UsageError(cat(model.name(), ": --spec mtp needs an MTP block (nextn_predict_layers), "
                                                   "and this model has none"));
     const double t = decode_step_bytes(model);
     cost_ = t > 0 ? mtp_step_bytes(model) / t : 1.0;

@@ -62,6 +62,15 @@ double CudaBackend::decode_bytes_per_token() const {
     return b;
 }
 
+double CudaBackend::mtp_bytes_per_token() const {
+    if (w_.mtp.empty()) return 0;
+    const double share = cfg_.n_experts > 0 ? double(cfg_.top_k) / double(cfg_.n_experts) : 1.0;
+    const DeviceMtp& m = w_.mtp[0];
+    double b = bytes_of(w_.output) + bytes_of(m.e_proj) + bytes_of(m.h_proj) + bytes_of(m.hc_head_fn);
+    each_matrix(m.block, [&](const DeviceWeight& w, bool expert) { b += bytes_of(w) * (expert ? share : 1.0); });
+    return b;
+}
+
 double CudaBackend::prefill_flop_per_token() const {
     const double share = cfg_.n_experts > 0 ? double(cfg_.top_k) / double(cfg_.n_experts) : 1.0;
     double f = 0;

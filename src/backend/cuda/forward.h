@@ -29,6 +29,7 @@ public:
     size_t peak_device_bytes() const override { return peak_used_; }
     double decode_bytes_per_token() const override;
     double prefill_flop_per_token() const override;
+    double mtp_bytes_per_token() const override;
     Peak measure_peak() const override;
 
 private:
