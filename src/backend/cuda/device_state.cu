@@ -6,8 +6,17 @@
 
 namespace dsv4::cuda {
 
-void copy_d2d(void* dst, const void* src, size_t n) {
-    if (n) DSV4_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, nullptr));
+Stream forward_stream() {
+    static cudaStream_t s = [] {
+        cudaStream_t made = nullptr;
+        DSV4_CUDA_CHECK(cudaStreamCreate(&made));
+        return made;
+    }();
+    return s;
+}
+
+void copy_d2d(void* dst, const void* src, size_t n, Stream stream) {
+    if (n) DSV4_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
 }
 
 namespace {

@@ -50,7 +50,12 @@ private:
     CudaState() = default;
 };
 
-// Asynchronous device-to-device copy on the default stream (n bytes; nothing when n == 0).
-void copy_d2d(void* dst, const void* src, size_t n);
+// The stream every CUDA forward and state copy runs on: one per process, created on first use.
+// A blocking stream, so that the synchronous copies of DeviceBuffer (legacy default stream) wait
+// for the work queued on it; not the legacy stream itself, so that it can be captured in a graph.
+Stream forward_stream();
+
+// Asynchronous device-to-device copy on the stream (n bytes; nothing when n == 0).
+void copy_d2d(void* dst, const void* src, size_t n, Stream stream = forward_stream());
 
 }  // namespace dsv4::cuda

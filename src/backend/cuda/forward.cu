@@ -19,9 +19,9 @@ __global__ void scale_kernel(float* x, int64_t n, float s) {
     if (i < n) x[i] *= s;
 }
 
-void scale_inplace(float* x, int64_t n, float s) {
+void scale_inplace(float* x, int64_t n, float s, Stream stream) {
     if (n <= 0) return;
-    scale_kernel<<<ceil_div(n, 256), 256>>>(x, n, s);
+    scale_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(x, n, s);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -32,7 +32,7 @@ HcShape hc_shape(const ModelConfig& c) {
 // Expert matrices for n problems, one per (token, slot) pair in sorted order: matvec with ids when
 // there are few tokens (the decode weight stream), the grouped GEMM otherwise.
 void experts_matmul(const DeviceWeight& w, const float* x, int64_t N, int64_t T, const int32_t* expert_of,
-                    const int32_t* offsets, float* y, GemmWorkspace& ws) {
+                    const int32_t* offsets, float* y, GemmWorkspace& ws, Stream S) {
     if (N == 0) return;
     if (T <= kMaxMatvecTokens) {
         MatvecArgs a;
@@ -46,9 +46,9 @@ void experts_matmul(const DeviceWeight& w, const float* x, int64_t N, int64_t T,
         a.n = int(N);
         a.ids = expert_of;
         const size_t need = matvec_workspace_bytes(w.mat, a);
-        matvec(w.mat, a, need ? ws.get(need) : nullptr, need);
+        matvec(w.mat, a, need ? ws.get(need) : nullptr, need, S);
     } else {
-        gemm_experts(w.mat, x, offsets, T, y);
+        gemm_experts(w.mat, x, offsets, T, y, S);
     }
 }
 
@@ -94,13 +94,14 @@ CudaState& CudaBackend::state_of(State& st, const ModelConfig& c) const {
 void CudaBackend::compress(DeviceCompressorState& s, const DeviceCompressor& w, const float* a, int64_t T,
                            const float* inv_freq, int rope_dim, float eps, const char* slot_kv,
                            const char* slot_gate) const {
+    const Stream S = forward_stream();
     const int64_t cw = s.cw(), m = s.ratio, nb = s.n_buf, total = nb + T;
     float* kv = f(slot_kv, total * cw);
     float* gate = f(slot_gate, total * cw);
-    copy_d2d(kv, s.buf_kv.get(), size_t(nb * cw) * sizeof(float));
-    copy_d2d(gate, s.buf_gate.get(), size_t(nb * cw) * sizeof(float));
-    gemm(w.kv.mat, a, cfg_.hidden, T, kv + nb * cw, cw, ws_);
-    gemm(w.gate.mat, a, cfg_.hidden, T, gate + nb * cw, cw, ws_);
+    copy_d2d(kv, s.buf_kv.get(), size_t(nb * cw) * sizeof(float), S);
+    copy_d2d(gate, s.buf_gate.get(), size_t(nb * cw) * sizeof(float), S);
+    gemm(w.kv.mat, a, cfg_.hidden, T, kv + nb * cw, cw, ws_, S);
+    gemm(w.gate.mat, a, cfg_.hidden, T, gate + nb * cw, cw, ws_, S);
     const int64_t nwin = total / m;
     if (nwin > 0) {
         s.reserve_rows(s.n_rows + nwin);
@@ -121,22 +122,23 @@ void CudaBackend::compress(DeviceCompressorState& s, const DeviceCompressor& w, 
         ca.inv_freq = inv_freq;
         ca.dim = rope_dim;
         ca.rows = s.rows.as<float>();
-        compress_windows(ca);
+        compress_windows(ca, S);
         s.n_rows += nwin;
         if (s.coff == 2) {  // the last closed window's A halves feed the next window
-            copy_d2d(s.prev_kv.get(), kv + (nwin - 1) * m * cw, size_t(m * cw) * sizeof(float));
-            copy_d2d(s.prev_gate.get(), gate + (nwin - 1) * m * cw, size_t(m * cw) * sizeof(float));
+            copy_d2d(s.prev_kv.get(), kv + (nwin - 1) * m * cw, size_t(m * cw) * sizeof(float), S);
+            copy_d2d(s.prev_gate.get(), gate + (nwin - 1) * m * cw, size_t(m * cw) * sizeof(float), S);
             s.has_prev = true;
         }
     }
     const int64_t rest = total - nwin * m;
-    copy_d2d(s.buf_kv.get(), kv + nwin * m * cw, size_t(rest * cw) * sizeof(float));
-    copy_d2d(s.buf_gate.get(), gate + nwin * m * cw, size_t(rest * cw) * sizeof(float));
+    copy_d2d(s.buf_kv.get(), kv + nwin * m * cw, size_t(rest * cw) * sizeof(float), S);
+    copy_d2d(s.buf_gate.get(), gate + nwin * m * cw, size_t(rest * cw) * sizeof(float), S);
     s.n_buf = int(rest);
 }
 
 void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, const float* a, int64_t T, int64_t pos0,
                             int64_t band, DeviceLayerState& st, float* out) const {
+    const Stream S = forward_stream();
     DSV4_TRACE("attention");
     const int H = c.n_heads, d = c.head_dim, R = c.rope_dim;
     const int64_t Hd = int64_t(H) * d, D = c.hidden;
@@ -145,20 +147,20 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
     const float* inv = type == AttnType::Sliding ? w_.rope_main.f() : w_.rope_compress.f();
 
     float* qr = f("qr", T * c.q_lora);
-    gemm(L.q_a.mat, a, D, T, qr, c.q_lora, ws_);
-    rmsnorm(qr, T, c.q_lora, L.q_a_norm.f(), eps);
+    gemm(L.q_a.mat, a, D, T, qr, c.q_lora, ws_, S);
+    rmsnorm(qr, T, c.q_lora, L.q_a_norm.f(), eps, S);
     float* q = f("q", T * Hd);
-    gemm(L.q_b.mat, qr, c.q_lora, T, q, Hd, ws_);
-    rmsnorm(q, T * H, d, nullptr, eps);
+    gemm(L.q_b.mat, qr, c.q_lora, T, q, Hd, ws_, S);
+    rmsnorm(q, T * H, d, nullptr, eps, S);
     // The window's rows and this chunk's, contiguous: position j lives at cat + (j - (pos0 - nw)) * d.
     const int64_t nw = st.n_window;
     float* cat = f("cat", (nw + T) * d);
-    copy_d2d(cat, st.window.get(), size_t(nw * d) * sizeof(float));
+    copy_d2d(cat, st.window.get(), size_t(nw * d) * sizeof(float), S);
     float* kv = cat + nw * d;
-    gemm(L.kv.mat, a, D, T, kv, d, ws_);
-    rmsnorm(kv, T, d, L.kv_norm.f(), eps);
-    rope(q, T * H, d, d, H, pos0, inv, R, false);
-    rope(kv, T, d, d, 1, pos0, inv, R, false);
+    gemm(L.kv.mat, a, D, T, kv, d, ws_, S);
+    rmsnorm(kv, T, d, L.kv_norm.f(), eps, S);
+    rope(q, T * H, d, d, H, pos0, inv, R, false, S);
+    rope(kv, T, d, d, 1, pos0, inv, R, false, S);
 
     if (type != AttnType::Sliding) compress(st.comp, L.comp, a, T, inv, R, eps, "comp_kv", "comp_gate");
     const int IH = c.index_heads, Id = c.index_head_dim;
@@ -166,11 +168,11 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
     if (type == AttnType::CSA) {
         compress(st.idx, L.idx_comp, a, T, inv, R, eps, "idx_kv", "idx_gate");
         qi = f("qi", T * IH * Id);
-        gemm(L.idx_q_b.mat, qr, c.q_lora, T, qi, int64_t(IH) * Id, ws_);
-        rope(qi, T * IH, Id, Id, IH, pos0, inv, R, false);
+        gemm(L.idx_q_b.mat, qr, c.q_lora, T, qi, int64_t(IH) * Id, ws_, S);
+        rope(qi, T * IH, Id, Id, IH, pos0, inv, R, false, S);
         wi = f("wi", T * IH);
-        gemm(L.idx_proj.mat, a, D, T, wi, IH, ws_);
-        scale_inplace(wi, T * IH, float(std::pow(double(IH), -0.5)));
+        gemm(L.idx_proj.mat, a, D, T, wi, IH, ws_, S);
+        scale_inplace(wi, T * IH, float(std::pow(double(IH), -0.5)), S);
     }
 
     float* attn = f("attn", T * Hd);
@@ -198,7 +200,7 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
             ia.picked = picked;
             ia.n_picked = n_picked;
             const size_t need = indexer_workspace_bytes(Tb, st.idx.n_rows);
-            indexer_topk(ia, bytes("idx_ws", need), need);
+            indexer_topk(ia, bytes("idx_ws", need), need, S);
         }
         SparseAttnArgs sa;
         sa.q = q + b0 * Hd;
@@ -223,13 +225,13 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
             sa.top_k = c.index_topk;
         }
         sa.out = attn + b0 * Hd;
-        sparse_attention(sa);
+        sparse_attention(sa, S);
     }
-    rope(attn, T * H, d, d, H, pos0, inv, R, /*inverse=*/true);  // V carried rope by its position
+    rope(attn, T * H, d, d, H, pos0, inv, R, /*inverse=*/true, S);  // V carried rope by its position
 
     // Keep the last (window - 1) latent rows for the next call.
     const int64_t total = nw + T, keep = std::min<int64_t>(total, c.window - 1);
-    copy_d2d(st.window.get(), cat + (total - keep) * d, size_t(keep * d) * sizeof(float));
+    copy_d2d(st.window.get(), cat + (total - keep) * d, size_t(keep * d) * sizeof(float), S);
     st.n_window = int(keep);
 
     // Grouped low-rank output: each group of heads projects to o_lora, then one mix to hidden.
@@ -252,54 +254,56 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
         ma.y_stride = c.o_lora;
         ma.n = G;
         const size_t need = matvec_workspace_bytes(stack, ma);
-        matvec(stack, ma, need ? ws_.get(need) : nullptr, need);
+        matvec(stack, ma, need ? ws_.get(need) : nullptr, need, S);
     } else {
         for (int g = 0; g < G; ++g)
             gemm(slice_rows(L.o_a.mat, int64_t(g) * c.o_lora, int64_t(g + 1) * c.o_lora), attn + g * per_group, Hd, T,
-                 u + int64_t(g) * c.o_lora, GL, ws_);
+                 u + int64_t(g) * c.o_lora, GL, ws_, S);
     }
-    gemm(L.o_b.mat, u, GL, T, out, D, ws_);
+    gemm(L.o_b.mat, u, GL, T, out, D, ws_, S);
 }
 
 void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& L, MlpType mlp, const float* x, const int32_t* tokens,
                       int64_t T, float* out) const {
+    const Stream S = forward_stream();
     DSV4_TRACE("moe");
     const int E = c.n_experts, k = c.top_k;
     const int64_t D = c.hidden, I = c.moe_inter, N = T * k;
     const float limit = float(c.swiglu_limit);
     float* lg = f("router", T * E);
-    gemm(L.gate_inp.mat, x, D, T, lg, E, ws_);
+    gemm(L.gate_inp.mat, x, D, T, lg, E, ws_, S);
     int32_t* ids = i("ids", N);
     float* wts = f("wts", N);
     route(lg, T, E, k, mlp == MlpType::TopK ? L.exp_probs_b.f() : nullptr,
-          mlp == MlpType::Hash ? L.tid2eid.i() : nullptr, tokens, float(c.routed_scale), ids, wts);
+          mlp == MlpType::Hash ? L.tid2eid.i() : nullptr, tokens, float(c.routed_scale), ids, wts, S);
     int32_t* offsets = i("offsets", E + 1);
     int32_t* order = i("order", N);
     int32_t* expert_of = i("expert_of", N);
     int32_t* slot_pos = i("slot_pos", N);
-    moe_group(ids, T, k, E, offsets, order, expert_of, slot_pos);
+    moe_group(ids, T, k, E, offsets, order, expert_of, slot_pos, S);
     float* xs = f("xs", N * D);
-    gather_rows(x, order, N, k, D, xs);
+    gather_rows(x, order, N, k, D, xs, S);
     float* g = f("g", N * I);
     float* up = f("up", N * I);
     float* ys = f("ys", N * D);
-    experts_matmul(L.gate_exps, xs, N, T, expert_of, offsets, g, ws_);
-    experts_matmul(L.up_exps, xs, N, T, expert_of, offsets, up, ws_);
-    swiglu(g, up, N * I, limit);
-    experts_matmul(L.down_exps, g, N, T, expert_of, offsets, ys, ws_);
+    experts_matmul(L.gate_exps, xs, N, T, expert_of, offsets, g, ws_, S);
+    experts_matmul(L.up_exps, xs, N, T, expert_of, offsets, up, ws_, S);
+    swiglu(g, up, N * I, limit, S);
+    experts_matmul(L.down_exps, g, N, T, expert_of, offsets, ys, ws_, S);
 
     float* sg = f("sg", T * I);
     float* su = f("su", T * I);
     float* sy = f("sy", T * D);
-    gemm(L.gate_sh.mat, x, D, T, sg, I, ws_);
-    gemm(L.up_sh.mat, x, D, T, su, I, ws_);
-    swiglu(sg, su, T * I, limit);
-    gemm(L.down_sh.mat, sg, I, T, sy, D, ws_);
-    moe_combine(ys, ids, wts, slot_pos, T, k, D, sy, out);
+    gemm(L.gate_sh.mat, x, D, T, sg, I, ws_, S);
+    gemm(L.up_sh.mat, x, D, T, su, I, ws_, S);
+    swiglu(sg, su, T * I, limit, S);
+    gemm(L.down_sh.mat, sg, I, T, sy, D, ws_, S);
+    moe_combine(ys, ids, wts, slot_pos, T, k, D, sy, out, S);
 }
 
 void CudaBackend::run_layer(const ModelConfig& c, int l, const DeviceLayer& L, MlpType mlp, const int32_t* tokens,
                             int64_t T, int64_t pos0, int64_t band, DeviceLayerState& st, float* X) const {
+    const Stream S = forward_stream();
     DSV4_TRACE_ARG("layer", l);
     const int64_t D = c.hidden;
     const int n = c.hc_mult;
@@ -308,29 +312,31 @@ void CudaBackend::run_layer(const ModelConfig& c, int l, const DeviceLayer& L, M
     float* fo = f("f", T * D);
     float* post = f("post", T * n);
     float* comb = f("comb", T * n * n);
-    hc_pre(hs, L.hc_attn_fn.mat, L.hc_attn_base.f(), L.hc_attn_scale.f(), X, T, y, post, comb);
-    rmsnorm(y, T, D, L.attn_norm.f(), float(c.norm_eps));
+    hc_pre(hs, L.hc_attn_fn.mat, L.hc_attn_base.f(), L.hc_attn_scale.f(), X, T, y, post, comb, S);
+    rmsnorm(y, T, D, L.attn_norm.f(), float(c.norm_eps), S);
     attention(c, l, L, y, T, pos0, band, st, fo);
-    hc_post(hs, X, fo, post, comb, T);
-    hc_pre(hs, L.hc_ffn_fn.mat, L.hc_ffn_base.f(), L.hc_ffn_scale.f(), X, T, y, post, comb);
-    rmsnorm(y, T, D, L.ffn_norm.f(), float(c.norm_eps));
+    hc_post(hs, X, fo, post, comb, T, S);
+    hc_pre(hs, L.hc_ffn_fn.mat, L.hc_ffn_base.f(), L.hc_ffn_scale.f(), X, T, y, post, comb, S);
+    rmsnorm(y, T, D, L.ffn_norm.f(), float(c.norm_eps), S);
     moe(c, L, mlp, y, tokens, T, fo);
-    hc_post(hs, X, fo, post, comb, T);
+    hc_post(hs, X, fo, post, comb, T, S);
 }
 
 void CudaBackend::head(const DeviceWeight& fn, const DeviceVec& base, const DeviceVec& scale, const DeviceVec& norm,
                        const float* X, int64_t rows, float* logits) const {
+    const Stream S = forward_stream();
     DSV4_TRACE("head");
     const int64_t D = cfg_.hidden, V = cfg_.vocab;
     float* y = f("head_y", rows * D);
-    hc_head(hc_shape(cfg_), fn.mat, base.f(), scale.f(), X, rows, y);
-    rmsnorm(y, rows, D, norm.f(), float(cfg_.norm_eps));
+    hc_head(hc_shape(cfg_), fn.mat, base.f(), scale.f(), X, rows, y, S);
+    rmsnorm(y, rows, D, norm.f(), float(cfg_.norm_eps), S);
     float* lo = f("logits", rows * V);
-    gemm(w_.output.mat, y, D, rows, lo, V, ws_);
+    gemm(w_.output.mat, y, D, rows, lo, V, ws_, S);
     scratch_["logits"].download(logits, size_t(rows * V) * sizeof(float));
 }
 
 void CudaBackend::forward(const int32_t* tokens, int64_t T, State& st, float* logits, const ForwardOptions& opt) const {
+    const Stream S = forward_stream();
     std::lock_guard<std::mutex> lk(mu_);
     DSV4_TRACE_ARG("forward", T);
     const ModelConfig& c = cfg_;
@@ -340,9 +346,9 @@ void CudaBackend::forward(const int32_t* tokens, int64_t T, State& st, float* lo
         if (tokens[t] < 0 || tokens[t] >= c.vocab) fail("token id ", tokens[t], " outside the vocabulary of ", c.vocab);
     const int64_t nD = int64_t(c.hc_mult) * c.hidden;
     int32_t* tok = i("tokens", T);
-    DSV4_CUDA_CHECK(cudaMemcpyAsync(tok, tokens, size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, nullptr));
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(tok, tokens, size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, S));
     float* X = f("X", T * nD);
-    embed_streams(w_.embed.mat, tok, T, c.hc_mult, X);
+    embed_streams(w_.embed.mat, tok, T, c.hc_mult, X, S);
     for (int l = 0; l < c.n_layers; ++l)
         run_layer(c, l, w_.layers[size_t(l)], c.mlp[size_t(l)], tok, T, st.pos, opt.band, ds.layers[size_t(l)], X);
     st.pos += T;
@@ -358,6 +364,7 @@ void CudaBackend::forward(const int32_t* tokens, int64_t T, State& st, float* lo
 
 void CudaBackend::mtp_forward(const float* hidden, const int32_t* next, int64_t T, State& st, float* logits,
                               const ForwardOptions& opt) const {
+    const Stream S = forward_stream();
     std::lock_guard<std::mutex> lk(mu_);
     DSV4_TRACE_ARG("mtp_forward", T);
     if (w_.mtp.empty()) fail("the model has no MTP block");
@@ -371,19 +378,19 @@ void CudaBackend::mtp_forward(const float* hidden, const int32_t* next, int64_t 
     const int64_t D = c.hidden, nD = int64_t(n) * D;
     const float eps = float(c.norm_eps);
     int32_t* tok = i("tokens", T);
-    DSV4_CUDA_CHECK(cudaMemcpyAsync(tok, next, size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, nullptr));
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(tok, next, size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, S));
     float* hs = f("mtp_hidden", T * nD);
-    DSV4_CUDA_CHECK(cudaMemcpyAsync(hs, hidden, size_t(T * nD) * sizeof(float), cudaMemcpyHostToDevice, nullptr));
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(hs, hidden, size_t(T * nD) * sizeof(float), cudaMemcpyHostToDevice, S));
     // X0 = e_proj(enorm(embed[next])) on every stream + h_proj(hnorm(stream)) per stream.
     float* e = f("mtp_e", T * D);
     float* ep = f("mtp_ep", T * D);
-    embed_streams(w_.embed.mat, tok, T, 1, e);
-    rmsnorm(e, T, D, M.enorm.f(), eps);
-    gemm(M.e_proj.mat, e, D, T, ep, D, ws_);
-    rmsnorm(hs, T * n, D, M.hnorm.f(), eps);
+    embed_streams(w_.embed.mat, tok, T, 1, e, S);
+    rmsnorm(e, T, D, M.enorm.f(), eps, S);
+    gemm(M.e_proj.mat, e, D, T, ep, D, ws_, S);
+    rmsnorm(hs, T * n, D, M.hnorm.f(), eps, S);
     float* X = f("X", T * nD);
-    gemm(M.h_proj.mat, hs, D, T * n, X, D, ws_);
-    add_to_streams(X, ep, T, n, D);
+    gemm(M.h_proj.mat, hs, D, T * n, X, D, ws_, S);
+    add_to_streams(X, ep, T, n, D, S);
     run_layer(c, 0, M.block, MlpType::TopK, tok, T, st.pos, opt.band, ds.layers[0], X);
     st.pos += T;
     if (opt.hidden && opt.hidden_from < T)
@@ -396,12 +403,13 @@ void CudaBackend::mtp_forward(const float* hidden, const int32_t* next, int64_t 
 }
 
 void CudaBackend::mtp_head(const float* out, int64_t rows, float* logits) const {
+    const Stream S = forward_stream();
     std::lock_guard<std::mutex> lk(mu_);
     if (w_.mtp.empty()) fail("the model has no MTP block");
     const DeviceMtp& M = w_.mtp[0];
     const int64_t nD = int64_t(cfg_.hc_mult) * cfg_.hidden;
     float* X = f("mtp_out", rows * nD);
-    DSV4_CUDA_CHECK(cudaMemcpyAsync(X, out, size_t(rows * nD) * sizeof(float), cudaMemcpyHostToDevice, nullptr));
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(X, out, size_t(rows * nD) * sizeof(float), cudaMemcpyHostToDevice, S));
     head(M.hc_head_fn, M.hc_head_base, M.hc_head_scale, M.norm, X, rows, logits);
 }
 
