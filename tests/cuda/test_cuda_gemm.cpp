@@ -8,11 +8,18 @@
 //
 // Tolerance, per output: |cuda - cpu| <= tol * sum_k |x_k| |w_k| (the scale of any rounding in
 // the dot product), with
-//   tol = 1e-5 on the tiled kernel (T > 8 and every expert product: float32 FMA in another order),
+//   tol = 1e-5 on the float32 tiled kernel (float32 FMA in another order),
+//   2e-6 on the tensor kernel with f16 limbs (Q8_0, F16, Q2_K), 1e-5 with bf16 limbs (BF16),
 //   and, where T <= 8 goes to matvec, the matvec test's: 2e-6 on its tensor path with f16 limbs
 //   (Q8_0, F16), 1e-5 with bf16 limbs (BF16), 1e-6 on its simple path;
 // and over the whole output ||cuda - cpu|| / ||cpu|| below 1e-5 (3e-5 for bf16 limbs). A wrong
 // index, a missed step or a race gives errors of the order of the outputs themselves.
+//
+// The tensor kernel (T >= 16 on Q8_0/F16/BF16/Q2_K) is also tested forced (GemmOptions::path) over
+// T = 16..1000, rows that leave partial 128-row tiles, 256..4096 columns, strides, slices, the
+// grouped form with workspace, tokens of magnitudes 1e-15..1e15, and against the float32 kernel on
+// the same inputs (and bit-for-bit against itself). The environment variable DSV4_GEMM_PATH, if
+// set when the tests run, moves the Auto tests to that path (their tolerance follows).
 //
 // Device tests skip (reported as skipped, not passed) where no CUDA device is visible; the
 // argument checks at the end run everywhere.
@@ -20,6 +27,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -69,13 +77,15 @@ HostStack make_weights(TensorType type, int64_t rows, int64_t cols, int64_t coun
 }
 
 // T rows of cols (row stride ldx, padding NaN so that a read past cols shows): N(0, 1), with
-// tokens of very different magnitudes (x1000, x0.001) and a few outliers.
-std::vector<float> make_x(int64_t T, int64_t cols, int64_t ldx) {
+// tokens of very different magnitudes (x1000, x0.001; extreme: x1e15, x1e-15 too) and a few outliers.
+std::vector<float> make_x(int64_t T, int64_t cols, int64_t ldx, bool extreme = false) {
     std::vector<float> x(size_t(T * ldx), std::nanf(""));
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::uniform_int_distribution<int64_t> pick(0, cols - 1);
     for (int64_t t = 0; t < T; ++t) {
-        const float mag = t % 3 == 1 ? 1000.0f : t % 3 == 2 ? 0.001f : 1.0f;
+        float mag = t % 3 == 1 ? 1000.0f : t % 3 == 2 ? 0.001f : 1.0f;
+        if (extreme && t % 5 == 3) mag = 1e15f;
+        if (extreme && t % 5 == 4) mag = 1e-15f;
         float* r = x.data() + size_t(t * ldx);
         for (int64_t k = 0; k < cols; ++k) r[k] = mag * nd(rng());
         for (int i = 0; i < 3; ++i) r[pick(rng())] *= 50.0f;
@@ -113,9 +123,31 @@ struct Tolerance {
     double relative;    // ||err|| / ||ref||
 };
 
-// The tolerance of the path gemm takes for this view and T.
-Tolerance tolerance_for(const cuda::DeviceMat& w, int64_t T) {
-    if (T > cuda::kMaxMatvecTokens) return {1e-5, 1e-5};
+// What DSV4_GEMM_PATH makes of GemmPath::Auto (gemm.cu reads it the same way).
+cuda::GemmPath env_path() {
+    const char* v = std::getenv("DSV4_GEMM_PATH");
+    if (v && std::strcmp(v, "simt") == 0) return cuda::GemmPath::Simt;
+    if (v && std::strcmp(v, "tensor") == 0) return cuda::GemmPath::Tensor;
+    return cuda::GemmPath::Auto;
+}
+
+Tolerance tensor_tolerance(const cuda::DeviceMat& w) {
+    if (w.type == TensorType::BF16) return {1e-5, 3e-5};
+    return {2e-6, 1e-5};
+}
+constexpr Tolerance kSimtTolerance{1e-5, 1e-5};
+
+// The tolerance of the path gemm takes for this view, T (or max_rows) and options.
+Tolerance tolerance_for(const cuda::DeviceMat& w, int64_t T, cuda::GemmOptions opt = {}) {
+    if (opt.path == cuda::GemmPath::Tensor) return tensor_tolerance(w);
+    if (opt.path == cuda::GemmPath::Simt) return kSimtTolerance;
+    const bool tc = cuda::gemm_tensor_supported(w);
+    if (T > cuda::kMaxMatvecTokens) {
+        const cuda::GemmPath e = env_path();
+        if (e == cuda::GemmPath::Simt) return kSimtTolerance;
+        if (e == cuda::GemmPath::Tensor) return tc ? tensor_tolerance(w) : kSimtTolerance;
+        return T >= cuda::kMinTensorTokens && tc ? tensor_tolerance(w) : kSimtTolerance;
+    }
     if (!cuda::tensor_path_supported(w)) return {1e-6, 1e-5};
     if (w.type == TensorType::BF16) return {1e-5, 3e-5};
     return {2e-6, 1e-5};
@@ -172,21 +204,22 @@ Weight make_weight(TensorType type, int64_t rows, int64_t cols, int64_t count = 
 // gemm of rows [r0, r1) of w (the whole matrix when r0 = 0, r1 = rows, else through slice_rows)
 // for T tokens with strides cols + pad_x, (r1 - r0) + pad_y, checked against cpu::matmul.
 void check_gemm(const Weight& w, int64_t r0, int64_t r1, int64_t T, int64_t pad_x, int64_t pad_y,
-                cuda::GemmWorkspace& ws) {
+                cuda::GemmWorkspace& ws, cuda::GemmOptions opt = {}, bool extreme = false) {
     const Mat& m = w.host.stack.first;
     const int64_t n = r1 - r0, ldx = m.cols + pad_x, ldy = n + pad_y;
     SCOPED_TRACE(std::string(dsv4::gguf::type_name(m.type)) + " [" + std::to_string(m.rows) + ", " +
                  std::to_string(m.cols) + "] rows " + std::to_string(r0) + ".." + std::to_string(r1) +
-                 " T=" + std::to_string(T) + " ldx=" + std::to_string(ldx) + " ldy=" + std::to_string(ldy));
+                 " T=" + std::to_string(T) + " ldx=" + std::to_string(ldx) + " ldy=" + std::to_string(ldy) +
+                 " path=" + std::to_string(int(opt.path)));
     const cuda::DeviceMat view = (r0 == 0 && r1 == m.rows) ? w.dev.mat : cuda::slice_rows(w.dev.mat, r0, r1);
 
-    std::vector<float> x = make_x(T, m.cols, ldx);
+    std::vector<float> x = make_x(T, m.cols, ldx, extreme);
     cuda::DeviceBuffer dx(x.size() * sizeof(float));
     dx.upload(x.data(), x.size() * sizeof(float));
     const size_t ysize = size_t(T * ldy);
     cuda::DeviceBuffer dy(ysize * sizeof(float));
     dy.fill_bytes(0xff);  // NaN everywhere: whatever the kernel does not write stays NaN
-    cuda::gemm(view, dx.as<const float>(), ldx, T, dy.as<float>(), ldy, ws);
+    cuda::gemm(view, dx.as<const float>(), ldx, T, dy.as<float>(), ldy, ws, nullptr, opt);
     cuda::synchronize();
     std::vector<float> y(ysize);
     dy.download(y.data(), ysize * sizeof(float));
@@ -197,7 +230,7 @@ void check_gemm(const Weight& w, int64_t r0, int64_t r1, int64_t T, int64_t pad_
     const std::vector<float> ax = abs_of(x);
     dsv4::cpu::matmul(ax.data(), ldx, T, aw.mat, 0, n, absdot.data(), ldy);
 
-    const Tolerance tol = tolerance_for(view, T);
+    const Tolerance tol = tolerance_for(view, T, opt);
     Checker c;
     for (int64_t t = 0; t < T; ++t)
         for (int64_t r = 0; r < ldy; ++r) {
@@ -290,12 +323,15 @@ TEST(CudaGemm, ZeroTokensWritesNothing) {
 
 // offsets [count + 1] over N rows of x (rows past offsets[count] belong to no expert and must
 // stay unwritten), checked expert by expert against cpu::matmul.
+// grouped: false calls the form without workspace (the float32 kernel); true the form with n_rows
+// = N and a workspace, on path opt.
 void check_experts(TensorType type, int64_t rows, int64_t cols, const std::vector<int32_t>& offsets, int64_t N,
-                   int64_t max_rows) {
+                   int64_t max_rows, bool grouped = false, cuda::GemmOptions opt = {}) {
     const int64_t count = int64_t(offsets.size()) - 1;
     std::string desc = std::string(dsv4::gguf::type_name(type)) + " [" + std::to_string(rows) + ", " +
                        std::to_string(cols) + "] x" + std::to_string(count) + " N=" + std::to_string(N) +
-                       " max_rows=" + std::to_string(max_rows) + " offsets";
+                       " max_rows=" + std::to_string(max_rows) + (grouped ? " with workspace" : "") +
+                       " path=" + std::to_string(int(opt.path)) + " offsets";
     for (int32_t o : offsets) desc += " " + std::to_string(o);
     SCOPED_TRACE(desc);
     const Weight w = make_weight(type, rows, cols, count);
@@ -307,7 +343,12 @@ void check_experts(TensorType type, int64_t rows, int64_t cols, const std::vecto
     const size_t ysize = size_t(N * rows);
     cuda::DeviceBuffer dy(std::max<size_t>(1, ysize) * sizeof(float));
     dy.fill_bytes(0xff);
-    cuda::gemm_experts(w.dev.mat, dx.as<const float>(), doff.as<const int32_t>(), max_rows, dy.as<float>());
+    cuda::GemmWorkspace ws;
+    if (grouped)
+        cuda::gemm_experts(w.dev.mat, dx.as<const float>(), doff.as<const int32_t>(), max_rows, N, dy.as<float>(), ws,
+                           nullptr, opt);
+    else
+        cuda::gemm_experts(w.dev.mat, dx.as<const float>(), doff.as<const int32_t>(), max_rows, dy.as<float>());
     cuda::synchronize();
     std::vector<float> y(ysize);
     if (ysize) dy.download(y.data(), ysize * sizeof(float));
@@ -323,6 +364,7 @@ void check_experts(TensorType type, int64_t rows, int64_t cols, const std::vecto
         dsv4::cpu::matmul(ax.data() + b * cols, cols, n, aw.mat, 0, rows, absdot.data() + b * rows, rows);
     }
     const int64_t assigned = offsets.back();
+    const Tolerance tol = grouped ? tolerance_for(w.dev.mat, max_rows, opt) : kSimtTolerance;
     Checker c;
     for (int64_t t = 0; t < N; ++t)
         for (int64_t r = 0; r < rows; ++r) {
@@ -330,9 +372,9 @@ void check_experts(TensorType type, int64_t rows, int64_t cols, const std::vecto
             if (t >= assigned)
                 c.untouched(t, r, y[i]);  // rows of no expert
             else
-                c.output(t, r, y[i], ref[i], absdot[i], 1e-5);
+                c.output(t, r, y[i], ref[i], absdot[i], tol.per_output);
         }
-    c.finish(1e-5);
+    c.finish(tol.relative);
 }
 
 TEST(CudaGemmExperts, MatchesPerExpertCpuMatmul) {
@@ -355,6 +397,153 @@ TEST(CudaGemmExperts, NoRowsWritesNothing) {
     REQUIRE_DEVICE();
     // Every expert empty: no block has work, y stays poisoned.
     check_experts(TensorType::Q8_0, 40, 64, {0, 0, 0, 0}, 12, 12);
+}
+
+// ---- the tensor kernel, forced, and against the float32 kernel ----
+
+const TensorType kTensorTypes[] = {TensorType::Q8_0, TensorType::F16, TensorType::BF16, TensorType::Q2_K};
+
+cuda::GemmOptions with_path(cuda::GemmPath p) {
+    cuda::GemmOptions o;
+    o.path = p;
+    return o;
+}
+
+TEST(CudaGemmTensor, MatchesCpuForEveryTypeShapeAndTokenCount) {
+    REQUIRE_DEVICE();
+    cuda::GemmWorkspace ws;
+    const auto tensor = with_path(cuda::GemmPath::Tensor);
+    const int64_t Ts[] = {16, 17, 64, 100, 300, 1000};
+    for (TensorType type : kTensorTypes) {
+        // Rows leaving partial 128-row tiles; 256 .. 4096 columns (1 .. 16 Q2_K super-blocks).
+        for (auto [rows, cols] : {std::pair<int64_t, int64_t>{100, 256}, {257, 1024}, {1000, 256}}) {
+            const Weight w = make_weight(type, rows, cols);
+            for (int64_t T : Ts) check_gemm(w, 0, rows, T, 3, 5, ws, tensor);
+        }
+        const Weight w = make_weight(type, 257, 4096);
+        for (int64_t T : {int64_t(16), int64_t(100), int64_t(300)}) check_gemm(w, 0, 257, T, 0, 0, ws, tensor);
+        const Weight big = make_weight(type, 1000, 1024);
+        check_gemm(big, 0, 1000, 1000, 0, 0, ws, tensor);
+    }
+}
+
+TEST(CudaGemmTensor, SmallTokenCountsAndOneBlockOfColumns) {
+    REQUIRE_DEVICE();
+    cuda::GemmWorkspace ws;
+    const auto tensor = with_path(cuda::GemmPath::Tensor);
+    for (TensorType type : kTensorTypes) {
+        const int64_t cols = type == TensorType::Q2_K ? 256 : 32;  // a single step
+        const Weight w = make_weight(type, 33, cols);
+        for (int64_t T : {int64_t(1), int64_t(2), int64_t(8), int64_t(9), int64_t(127), int64_t(128), int64_t(129)})
+            check_gemm(w, 0, 33, T, 1, 2, ws, tensor);
+    }
+}
+
+TEST(CudaGemmTensor, StridesAndRowSlices) {
+    REQUIRE_DEVICE();
+    cuda::GemmWorkspace ws;
+    const auto tensor = with_path(cuda::GemmPath::Tensor);
+    for (TensorType type : kTensorTypes) {
+        // Q8_0 [*, 96] rows are 102 bytes: slices start at 2-byte, not 16-byte, boundaries.
+        const int64_t cols = type == TensorType::Q2_K ? 512 : type == TensorType::Q8_0 ? 96 : 512;
+        const Weight w = make_weight(type, 300, cols);
+        for (int64_t T : {int64_t(16), int64_t(100)}) {
+            check_gemm(w, 0, 300, T, 0, 0, ws, tensor);
+            check_gemm(w, 0, 300, T, 61, 200, ws, tensor);
+            check_gemm(w, 37, 250, T, 3, 1, ws, tensor);
+            check_gemm(w, 0, 1, T, 0, 0, ws, tensor);
+            check_gemm(w, 299, 300, T, 7, 0, ws, tensor);
+            check_gemm(w, 128, 256, T, 1, 0, ws, tensor);
+        }
+    }
+}
+
+TEST(CudaGemmTensor, TokensOfExtremeMagnitudes) {
+    REQUIRE_DEVICE();
+    cuda::GemmWorkspace ws;
+    // Per-token power-of-two scales: tokens x1e15 and x1e-15 next to x1 in one tile.
+    for (TensorType type : kTensorTypes) {
+        const Weight w = make_weight(type, 130, 1024);
+        check_gemm(w, 0, 130, 40, 0, 0, ws, with_path(cuda::GemmPath::Tensor), true);
+    }
+}
+
+TEST(CudaGemmTensor, AutoTakesTheTensorPathAtSixteenTokens) {
+    REQUIRE_DEVICE();
+    cuda::GemmWorkspace ws;
+    for (TensorType type : kTensorTypes) {
+        const Weight w = make_weight(type, 200, 512);
+        for (int64_t T : {int64_t(15), int64_t(16), int64_t(200)}) check_gemm(w, 0, 200, T, 2, 3, ws);
+    }
+}
+
+// The same inputs through both kernels: each within its tolerance of the other (their bounds
+// added), and the tensor kernel bit for bit the same on a second run (no atomics).
+TEST(CudaGemmTensor, AgreesWithTheFloat32KernelAndRepeatsBitForBit) {
+    REQUIRE_DEVICE();
+    cuda::GemmWorkspace ws;
+    for (TensorType type : kTensorTypes) {
+        const int64_t rows = 300, cols = 2048, T = 260;
+        SCOPED_TRACE(dsv4::gguf::type_name(type));
+        const Weight w = make_weight(type, rows, cols);
+        const Mat& m = w.host.stack.first;
+        std::vector<float> x = make_x(T, cols, cols);
+        cuda::DeviceBuffer dx(x.size() * 4), dy(size_t(T * rows) * 4);
+        dx.upload(x.data(), x.size() * 4);
+        auto run = [&](cuda::GemmPath p) {
+            dy.fill_bytes(0xff);
+            cuda::gemm(w.dev.mat, dx.as<const float>(), cols, T, dy.as<float>(), rows, ws, nullptr, with_path(p));
+            cuda::synchronize();
+            std::vector<float> y(size_t(T * rows));
+            dy.download(y.data(), y.size() * 4);
+            return y;
+        };
+        const std::vector<float> yt = run(cuda::GemmPath::Tensor), ys = run(cuda::GemmPath::Simt);
+        const std::vector<float> yt2 = run(cuda::GemmPath::Tensor);
+        EXPECT_EQ(std::memcmp(yt.data(), yt2.data(), yt.size() * 4), 0) << "tensor path not repeatable";
+
+        std::vector<float> absdot(yt.size(), 0.0f);
+        const AbsMat aw = abs_weights(m, 0, rows);
+        const std::vector<float> ax = abs_of(x);
+        dsv4::cpu::matmul(ax.data(), cols, T, aw.mat, 0, rows, absdot.data(), rows);
+        const double tol = tensor_tolerance(w.dev.mat).per_output + kSimtTolerance.per_output;
+        Checker c;
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t r = 0; r < rows; ++r) {
+                const size_t i = size_t(t * rows + r);
+                c.output(t, r, yt[i], ys[i], absdot[i], tol);
+            }
+        c.finish(tensor_tolerance(w.dev.mat).relative + kSimtTolerance.relative);
+    }
+}
+
+TEST(CudaGemmTensor, ExpertsWithWorkspace) {
+    REQUIRE_DEVICE();
+    const auto tensor = with_path(cuda::GemmPath::Tensor);
+    for (TensorType type : kTensorTypes) {
+        const int64_t cols = type == TensorType::Q2_K ? 512 : 256;
+        // Counts 0, 37, 133, 0, 130, 3 (two empty experts, two over a 128-token tile), 7 rows of
+        // no expert; max_rows larger than any count.
+        check_experts(type, 100, cols, {0, 0, 37, 170, 170, 300, 303}, 310, 200, true, tensor);
+        // Counts 1, 128, 129, 0, 257, 16: tile edges; max_rows exactly the largest.
+        check_experts(type, 257, cols, {0, 1, 129, 258, 258, 515, 531}, 531, 257, true, tensor);
+        // Auto through the grouped form: max_rows >= 16 takes the tensor path.
+        check_experts(type, 130, 1024, {0, 17, 17, 300}, 300, 283, true);
+    }
+    // The grouped form forced onto the float32 kernel, and every expert empty.
+    check_experts(TensorType::Q8_0, 100, 256, {0, 0, 37, 170, 170, 300, 303}, 310, 200, true,
+                  with_path(cuda::GemmPath::Simt));
+    check_experts(TensorType::Q8_0, 40, 64, {0, 0, 0, 0}, 12, 12, true, tensor);
+}
+
+TEST(CudaGemmTensor, ModelShapes) {
+    REQUIRE_DEVICE();
+    cuda::GemmWorkspace ws;
+    // A prefill band on the [4096, 1024]-ish shapes (rows cut to keep the CPU reference quick).
+    for (TensorType type : kTensorTypes) {
+        const Weight w = make_weight(type, 384, 4096);
+        check_gemm(w, 0, 384, 256, 0, 0, ws);
+    }
 }
 
 // ---- argument checks: on the host before any CUDA call, so these run without a device ----
@@ -426,6 +615,29 @@ TEST(CudaGemmArgs, ExpertsRejectBadArguments) {
     bad.cols = 48;  // not whole MXFP4 blocks
     EXPECT_THROW(cuda::gemm_experts(bad, xy, offsets, 8, xy), dsv4::Error);
     EXPECT_NO_THROW(cuda::gemm_experts(w, xy, offsets, 0, xy));  // max_rows = 0: nothing to do
+}
+
+TEST(CudaGemmArgs, TensorPathRejectsWhatItDoesNotTake) {
+    alignas(16) static uint8_t fake[4096];
+    static float xy[64];
+    cuda::GemmWorkspace ws;
+    cuda::GemmOptions tensor;
+    tensor.path = cuda::GemmPath::Tensor;
+    const cuda::DeviceMat mx = fake_mat(TensorType::MXFP4, 4, 64, fake);
+    const cuda::DeviceMat f32 = fake_mat(TensorType::F32, 4, 64, fake);
+    const cuda::DeviceMat odd = fake_mat(TensorType::F16, 4, 48, fake);  // cols % 32 != 0
+    EXPECT_FALSE(cuda::gemm_tensor_supported(mx));
+    EXPECT_FALSE(cuda::gemm_tensor_supported(f32));
+    EXPECT_FALSE(cuda::gemm_tensor_supported(odd));
+    EXPECT_TRUE(cuda::gemm_tensor_supported(fake_mat(TensorType::Q8_0, 4, 64, fake)));
+    EXPECT_TRUE(cuda::gemm_tensor_supported(fake_mat(TensorType::Q2_K, 4, 256, fake)));
+    for (const cuda::DeviceMat& w : {mx, f32, odd})
+        EXPECT_THROW(cuda::gemm(w, xy, 64, 20, xy, 4, ws, nullptr, tensor), dsv4::Error);
+    static int32_t offsets[4];
+    cuda::DeviceMat st = mx;
+    st.count = 3;
+    EXPECT_THROW(cuda::gemm_experts(st, xy, offsets, 20, 20, xy, ws, nullptr, tensor), dsv4::Error);
+    EXPECT_THROW(cuda::gemm_experts(st, xy, offsets, 20, -1, xy, ws), dsv4::Error);  // n_rows < 0
 }
 
 TEST(CudaGemmArgs, SliceRows) {

@@ -138,6 +138,26 @@ TEST(CudaState, RewindAndCopyReplayBitwise) {
     EXPECT_LE(d.max_diff, 1e-4f * d.max_ref);
 }
 
+// Decode steps replay as CUDA graphs (captured per step, updated in place); with graphs off
+// (DSV4_CUDA_GRAPHS=0) the same kernels run one launch at a time: bitwise the same logits,
+// through window closes of both compressor kinds.
+TEST(CudaGraphs, DecodeEqualsPlainLaunchesBitwise) {
+    REQUIRE_DEVICE();
+    test::TempDir tmp;
+    const std::string path = test::convert_fixture("long_seq", tmp.path());
+    Model graphed(path, "cuda");
+    setenv("DSV4_CUDA_GRAPHS", "0", 1);
+    Model plain(path, "cuda");
+    unsetenv("DSV4_CUDA_GRAPHS");
+    auto tokens = test::fixture_tokens("long_seq");
+    EXPECT_EQ(run(graphed, tokens, 1), run(plain, tokens, 1));
+    // Verification-sized steps (2..5 tokens) too.
+    for (int64_t chunk : {2, 5}) {
+        std::vector<float> a = run(graphed, tokens, chunk), b = run(plain, tokens, chunk);
+        EXPECT_EQ(a, b) << "chunk " << chunk;
+    }
+}
+
 std::string embedded_model() { return (test::source_dir() / "models" / "dsv4-tiny.gguf").string(); }
 
 std::vector<int32_t> text_tokens(const Model& m, int64_t n) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/common.cuh"
@@ -48,7 +49,7 @@ void experts_matmul(const DeviceWeight& w, const float* x, int64_t N, int64_t T,
         const size_t need = matvec_workspace_bytes(w.mat, a);
         matvec(w.mat, a, need ? ws.get(need) : nullptr, need, S);
     } else {
-        gemm_experts(w.mat, x, offsets, T, y, S);
+        gemm_experts(w.mat, x, offsets, T, N, y, ws, S);
     }
 }
 
@@ -56,15 +57,31 @@ void experts_matmul(const DeviceWeight& w, const float* x, int64_t N, int64_t T,
 
 CudaBackend::CudaBackend(const ModelConfig& c, DeviceModelWeights w)
     : cfg_(c), mtp_cfg_(mtp_block_config(c)), w_(std::move(w)), device_(device_name()) {
+    const char* g = std::getenv("DSV4_CUDA_GRAPHS");
+    graphs_ = !(g && std::string(g) == "0");
     note_memory();
+}
+
+CudaBackend::~CudaBackend() {
+    for (auto& [key, exec] : execs_)
+        if (exec) cudaGraphExecDestroy(exec);
+    if (pinned_tokens_) cudaFreeHost(pinned_tokens_);
 }
 
 void* CudaBackend::bytes(const char* slot, size_t n) const {
     DeviceBuffer& b = scratch_[slot];
     if (b.size() < n) {
-        synchronize();  // queued kernels may still use the old buffer
-        b = DeviceBuffer(std::max(n, b.size() + b.size() / 2));
-        note_memory();
+        const size_t grown = std::max(n, b.size() + b.size() / 2);
+        if (capturing_) {
+            // Nodes captured earlier in this graph may read the old buffer: keep it until the
+            // graph has run (no synchronisation is allowed inside a capture).
+            graveyard_.push_back(std::move(b));
+            b = DeviceBuffer(grown);
+        } else {
+            synchronize();  // queued kernels may still use the old buffer
+            b = DeviceBuffer(grown);
+            note_memory();
+        }
     }
     return b.get();
 }
@@ -96,6 +113,9 @@ void CudaBackend::compress(DeviceCompressorState& s, const DeviceCompressor& w, 
                            const char* slot_gate) const {
     const Stream S = forward_stream();
     const int64_t cw = s.cw(), m = s.ratio, nb = s.n_buf, total = nb + T;
+    topology_ += nb ? 'b' : '-';
+    topology_ += (total / m) ? 'w' : '-';
+    topology_ += (total % m) ? 'r' : '-';
     float* kv = f(slot_kv, total * cw);
     float* gate = f(slot_gate, total * cw);
     copy_d2d(kv, s.buf_kv.get(), size_t(nb * cw) * sizeof(float), S);
@@ -154,6 +174,8 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
     rmsnorm(q, T * H, d, nullptr, eps, S);
     // The window's rows and this chunk's, contiguous: position j lives at cat + (j - (pos0 - nw)) * d.
     const int64_t nw = st.n_window;
+    topology_ += nw ? 'n' : '0';
+    if (type == AttnType::CSA) topology_ += st.idx.n_rows + (st.idx.n_buf + T) / st.idx.ratio > c.index_topk ? 'k' : 'a';
     float* cat = f("cat", (nw + T) * d);
     copy_d2d(cat, st.window.get(), size_t(nw * d) * sizeof(float), S);
     float* kv = cat + nw * d;
@@ -332,7 +354,7 @@ void CudaBackend::head(const DeviceWeight& fn, const DeviceVec& base, const Devi
     rmsnorm(y, rows, D, norm.f(), float(cfg_.norm_eps), S);
     float* lo = f("logits", rows * V);
     gemm(w_.output.mat, y, D, rows, lo, V, ws_, S);
-    scratch_["logits"].download(logits, size_t(rows * V) * sizeof(float));
+    if (logits) scratch_["logits"].download(logits, size_t(rows * V) * sizeof(float));
 }
 
 void CudaBackend::forward(const int32_t* tokens, int64_t T, State& st, float* logits, const ForwardOptions& opt) const {
@@ -345,21 +367,107 @@ void CudaBackend::forward(const int32_t* tokens, int64_t T, State& st, float* lo
     for (int64_t t = 0; t < T; ++t)
         if (tokens[t] < 0 || tokens[t] >= c.vocab) fail("token id ", tokens[t], " outside the vocabulary of ", c.vocab);
     const int64_t nD = int64_t(c.hc_mult) * c.hidden;
+    const bool want_logits = logits && opt.logits != Logits::None;
+    const int64_t first = opt.logits == Logits::Last ? T - 1 : 0;
+    // Decode-sized steps replay as one CUDA graph (the launches of ~50 kernels per layer would
+    // otherwise cost more than the kernels); the first step of each size runs plainly, which
+    // also sizes the scratch and the kernels' one-time setup.
+    const bool graph = graphs_ && T <= kMaxMatvecTokens && warm_sizes_.count(T);
+    if (graph) {
+        for (DeviceLayerState& l : ds.layers)  // no reallocation of state rows inside the capture
+            for (DeviceCompressorState* cs : {&l.comp, &l.idx})
+                if (cs->active()) cs->reserve_rows(cs->n_rows + T / cs->ratio + 1);
+        i("tokens", T);
+        if (!pinned_tokens_) DSV4_CUDA_CHECK(cudaMallocHost(&pinned_tokens_, kMaxMatvecTokens * sizeof(int32_t)));
+        std::copy(tokens, tokens + T, pinned_tokens_);
+        const std::vector<HostCounters> before = counters(ds);
+        try {
+            topology_.clear();
+            DSV4_CUDA_CHECK(cudaStreamBeginCapture(S, cudaStreamCaptureModeRelaxed));
+            capturing_ = true;
+            launch_forward(pinned_tokens_, T, st.pos, ds, opt, want_logits, first);
+            capturing_ = false;
+            cudaGraph_t g = nullptr;
+            DSV4_CUDA_CHECK(cudaStreamEndCapture(S, &g));
+            launch_graph(g, cat(T, ":", want_logits ? first : -1, ":", topology_));
+        } catch (const std::exception&) {
+            if (capturing_) {  // leave the capture, drop its graph, and run the step plainly
+                capturing_ = false;
+                cudaGraph_t g = nullptr;
+                cudaStreamEndCapture(S, &g);
+                if (g) cudaGraphDestroy(g);
+                cudaGetLastError();
+            }
+            restore(ds, before);
+            graphs_failed_ = true;
+            launch_forward(tokens, T, st.pos, ds, opt, want_logits, first);
+        }
+    } else {
+        launch_forward(tokens, T, st.pos, ds, opt, want_logits, first);
+        if (T <= kMaxMatvecTokens) warm_sizes_.insert(T);
+    }
+    st.pos += T;
+    if (opt.hidden && opt.hidden_from < T)
+        scratch_["X"].download(opt.hidden, size_t((T - opt.hidden_from) * nD) * sizeof(float),
+                               size_t(opt.hidden_from * nD) * sizeof(float));
+    if (want_logits) scratch_["logits"].download(logits, size_t((T - first) * c.vocab) * sizeof(float));
+    if (!graveyard_.empty()) {  // buffers replaced during a capture, no longer read by anything queued
+        synchronize();
+        graveyard_.clear();
+    }
+    note_memory();
+}
+
+void CudaBackend::launch_forward(const int32_t* tokens, int64_t T, int64_t pos0, CudaState& ds,
+                                 const ForwardOptions& opt, bool want_logits, int64_t first) const {
+    const Stream S = forward_stream();
+    const ModelConfig& c = cfg_;
+    const int64_t nD = int64_t(c.hc_mult) * c.hidden;
     int32_t* tok = i("tokens", T);
     DSV4_CUDA_CHECK(cudaMemcpyAsync(tok, tokens, size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, S));
     float* X = f("X", T * nD);
     embed_streams(w_.embed.mat, tok, T, c.hc_mult, X, S);
     for (int l = 0; l < c.n_layers; ++l)
-        run_layer(c, l, w_.layers[size_t(l)], c.mlp[size_t(l)], tok, T, st.pos, opt.band, ds.layers[size_t(l)], X);
-    st.pos += T;
-    if (opt.hidden && opt.hidden_from < T)
-        scratch_["X"].download(opt.hidden, size_t((T - opt.hidden_from) * nD) * sizeof(float),
-                               size_t(opt.hidden_from * nD) * sizeof(float));
-    if (logits && opt.logits != Logits::None) {
-        const int64_t first = opt.logits == Logits::Last ? T - 1 : 0;
-        head(w_.hc_head_fn, w_.hc_head_base, w_.hc_head_scale, w_.output_norm, X + first * nD, T - first, logits);
+        run_layer(c, l, w_.layers[size_t(l)], c.mlp[size_t(l)], tok, T, pos0, opt.band, ds.layers[size_t(l)], X);
+    if (want_logits)
+        head(w_.hc_head_fn, w_.hc_head_base, w_.hc_head_scale, w_.output_norm, X + first * nD, T - first, nullptr);
+}
+
+std::vector<CudaBackend::HostCounters> CudaBackend::counters(const CudaState& ds) {
+    std::vector<HostCounters> v;
+    for (const DeviceLayerState& l : ds.layers)
+        v.push_back({l.n_window, l.comp.n_rows, l.comp.n_buf, l.comp.has_prev, l.idx.n_rows, l.idx.n_buf, l.idx.has_prev});
+    return v;
+}
+
+void CudaBackend::restore(CudaState& ds, const std::vector<HostCounters>& v) {
+    for (size_t i = 0; i < v.size(); ++i) {
+        DeviceLayerState& l = ds.layers[i];
+        l.n_window = v[i].n_window;
+        l.comp.n_rows = v[i].comp_rows;
+        l.comp.n_buf = v[i].comp_buf;
+        l.comp.has_prev = v[i].comp_prev;
+        l.idx.n_rows = v[i].idx_rows;
+        l.idx.n_buf = v[i].idx_buf;
+        l.idx.has_prev = v[i].idx_prev;
     }
-    note_memory();
+}
+
+void CudaBackend::launch_graph(cudaGraph_t g, const std::string& key) const {
+    // One executable graph per topology (which optional copies and window closes the step has):
+    // a step of a known topology only updates the kernels' arguments.
+    cudaGraphExec_t& exec = execs_[key];
+    if (exec) {
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate(exec, g, &info) != cudaSuccess) {
+            cudaGetLastError();
+            cudaGraphExecDestroy(exec);
+            exec = nullptr;
+        }
+    }
+    if (!exec) DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    cudaGraphDestroy(g);
+    DSV4_CUDA_CHECK(cudaGraphLaunch(exec, forward_stream()));
 }
 
 void CudaBackend::mtp_forward(const float* hidden, const int32_t* next, int64_t T, State& st, float* logits,

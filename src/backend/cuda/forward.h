@@ -2,10 +2,15 @@
 // every op on the device (ops.h, gemm.h, matvec.h, attention_kernels.h), float32 activations,
 // weights in their stored formats, the State's layers in device memory (device_state.h).
 // Host <-> device traffic per forward: the token ids in, the requested logits / streams out.
+// Internal to the backend's CUDA sources (it names CUDA runtime types).
 #pragma once
+#include <cuda_runtime.h>
+
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/device_state.h"
 #include "backend/cuda/device_weights.h"
@@ -18,6 +23,7 @@ namespace dsv4::cuda {
 class CudaBackend final : public ForwardBackend {
 public:
     CudaBackend(const ModelConfig& c, DeviceModelWeights w);
+    ~CudaBackend() override;
 
     std::string name() const override { return "cuda"; }
     std::string device() const override { return device_; }
@@ -39,6 +45,23 @@ private:
     void* bytes(const char* slot, size_t n) const;
 
     CudaState& state_of(State& st, const ModelConfig& c) const;
+    // Queues the main model's layers (and the head when asked: its logits stay in the "logits"
+    // slot) for T tokens at pos0; tokens is host memory (pinned when captured).
+    void launch_forward(const int32_t* tokens, int64_t T, int64_t pos0, CudaState& ds, const ForwardOptions& opt,
+                        bool want_logits, int64_t first) const;
+    // The state's host-side counters, so that a failed capture can be undone.
+    struct HostCounters {
+        int n_window;
+        int64_t comp_rows;
+        int comp_buf;
+        bool comp_prev;
+        int64_t idx_rows;
+        int idx_buf;
+        bool idx_prev;
+    };
+    static std::vector<HostCounters> counters(const CudaState& ds);
+    static void restore(CudaState& ds, const std::vector<HostCounters>& v);
+    void launch_graph(cudaGraph_t g, const std::string& key) const;
     void run_layer(const ModelConfig& c, int l, const DeviceLayer& L, MlpType mlp, const int32_t* tokens, int64_t T,
                    int64_t pos0, int64_t band, DeviceLayerState& st, float* X) const;
     void attention(const ModelConfig& c, int l, const DeviceLayer& L, const float* a, int64_t T, int64_t pos0,
@@ -47,6 +70,7 @@ private:
                   int rope_dim, float eps, const char* slot_kv, const char* slot_gate) const;
     void moe(const ModelConfig& c, const DeviceLayer& L, MlpType mlp, const float* x, const int32_t* tokens, int64_t T,
              float* out) const;
+    // The head of X[rows] into the "logits" slot, and to host logits when not null.
     void head(const DeviceWeight& fn, const DeviceVec& base, const DeviceVec& scale, const DeviceVec& norm,
               const float* X, int64_t rows, float* logits) const;
     void note_memory() const;
@@ -58,6 +82,14 @@ private:
     mutable std::map<std::string, DeviceBuffer> scratch_;
     mutable GemmWorkspace ws_;
     mutable size_t peak_used_ = 0;
+    // Decode graphs (DSV4_CUDA_GRAPHS=0 turns them off).
+    bool graphs_ = true;
+    mutable bool capturing_ = false, graphs_failed_ = false;
+    mutable std::string topology_;                       // the optional launches of the step being queued
+    mutable std::set<int64_t> warm_sizes_;              // token counts that have run once plainly
+    mutable std::map<std::string, cudaGraphExec_t> execs_;
+    mutable std::vector<DeviceBuffer> graveyard_;        // scratch replaced during a capture
+    mutable int32_t* pinned_tokens_ = nullptr;          // host staging of a captured step's token ids
 };
 
 }  // namespace dsv4::cuda

@@ -2,9 +2,19 @@
 // stored format (dequantised inside the kernels, never expanded into a float copy in memory),
 // and the grouped form for routed experts (token rows grouped by expert, one weight matrix each).
 //
-// T <= kMaxMatvecTokens goes to matvec (the decode weight stream); larger T to a tiled kernel
-// that stages dequantised weight tiles and activation tiles in shared memory and accumulates in
-// float32 (the CPU reference's precision: every product and sum in float32).
+// Paths (GemmPath::Auto):
+//   * T <= kMaxMatvecTokens: matvec (the decode weight stream);
+//   * T >= kMinTensorTokens and Q8_0, F16, BF16 or Q2_K weights with cols % 32 == 0: the tensor
+//     path (gemm_tc.cu): x packed once per call into two 16-bit limbs (x = hi + lo; f16 limbs with
+//     a per-token power-of-two scale for Q8_0/F16/Q2_K, bf16 limbs for BF16), two mma.sync per
+//     fragment with float32 accumulation, weights dequantised inside the kernel, block scales
+//     (Q8_0 d, Q2_K d / dmin) applied to partial sums in float32: float32-grade results
+//     (about 22 bits of x with f16 limbs, 16 with bf16 limbs), deterministic;
+//   * everything else: the float32 tiled kernel (CUDA cores: every product and sum in float32,
+//     the CPU reference's precision), which is also the tensor path's oracle.
+// The environment variable DSV4_GEMM_PATH=simt|tensor (read once) forces that kernel for T > 8
+// (tensor only where it takes the weight; matvec keeps T <= 8); GemmOptions::path forces a kernel
+// per call for every T (tests compare both; Tensor on a weight it does not take throws).
 #pragma once
 #include <cstdint>
 
@@ -17,6 +27,20 @@ namespace dsv4::cuda {
 DeviceMat slice_rows(const DeviceMat& w, int64_t r0, int64_t r1);
 
 // Device scratch that gemm may need (matvec's packed x); grows on demand, kept between calls.
+constexpr int kMinTensorTokens = 16;
+
+enum class GemmPath { Auto, Simt, Tensor };
+
+// Internal options (tests, benchmarks). path: Auto as above (or what DSV4_GEMM_PATH says); Simt:
+// the float32 tiled kernel for every T (matvec included); Tensor: the tensor kernel for every T
+// (throws on a weight it does not take).
+struct GemmOptions {
+    GemmPath path = GemmPath::Auto;
+};
+
+// Whether the tensor path takes this weight (type Q8_0, F16, BF16 or Q2_K, cols % 32 == 0).
+bool gemm_tensor_supported(const DeviceMat& w);
+
 class GemmWorkspace {
 public:
     void* get(size_t bytes);  // at least `bytes`, 256-byte aligned; reallocates (synchronising) when too small
@@ -31,6 +55,8 @@ private:
 // stream. Throws naming the value on bad arguments (T < 0, strides, unsupported type or shape).
 void gemm(const DeviceMat& w, const float* x, int64_t ldx, int64_t T, float* y, int64_t ldy, GemmWorkspace& ws,
           Stream stream = nullptr);
+void gemm(const DeviceMat& w, const float* x, int64_t ldx, int64_t T, float* y, int64_t ldy, GemmWorkspace& ws,
+          Stream stream, GemmOptions opt);
 
 // Routed experts: rows of x are grouped by expert; expert e owns rows offsets[e] .. offsets[e+1]
 // (offsets: [w.count + 1] ints on the device, non-decreasing, offsets[0] = 0). For those rows
@@ -38,9 +64,13 @@ void gemm(const DeviceMat& w, const float* x, int64_t ldx, int64_t T, float* y, 
 // row count (the grid is sized from it; the caller knows it without reading offsets back: a
 // token picks an expert at most once, so T tokens give at most T rows per expert).
 // x: [N, w.cols] contiguous, y: [N, w.rows] contiguous; rows of x past offsets[w.count] belong to
-// no expert and their y rows are not written. Same weight types as gemm; float32 on the tiled
-// kernel for every expert (no matvec path).
+// no expert and their y rows are not written. Same weight types as gemm; no matvec path.
+// This form has no workspace and does not know N, so it cannot pack x: it runs the float32 tiled
+// kernel. The form below, given N (n_rows >= offsets[w.count]) and a workspace, takes the tensor
+// path where gemm would (max_rows >= kMinTensorTokens, a supported weight), else the tiled kernel.
 void gemm_experts(const DeviceMat& w, const float* x, const int32_t* offsets, int64_t max_rows, float* y,
                   Stream stream = nullptr);
+void gemm_experts(const DeviceMat& w, const float* x, const int32_t* offsets, int64_t max_rows, int64_t n_rows,
+                  float* y, GemmWorkspace& ws, Stream stream = nullptr, GemmOptions opt = {});
 
 }  // namespace dsv4::cuda

@@ -1,0 +1,528 @@
+// The tensor-core path of gemm / gemm_experts (T > 8): y = x · Wᵀ with mma.sync m16n8k16 and
+// float32 accumulation, float32-grade results (see gemm.h and docs/PERFORMANCE.md).
+//
+// x is packed once per call (pack_kernel) into two 16-bit limbs per value, x = hi + lo:
+//   * f16 limbs with a per-token power-of-two scale 2^e that puts max|x| of the token in
+//     [2^10, 2^11) (Q8_0, F16, Q2_K weights, whose quants are exact in f16): about 22 bits of x,
+//     no overflow (a Q2_K sub-block sum of 16 values stays below 2^15), and both limbs normal
+//     for every value within 2^13 of the largest (smaller ones lose only absolute precision
+//     below 2^-35 of the largest);
+//   * bf16 limbs, unscaled, for BF16 weights (about 16 bits of x).
+// Layout of a packed row: per 32-column block 128 bytes, hi[32] then lo[32], natural column order;
+// Q2_K adds per 256-column super-block 64 bytes: the sums of the 16 sub-blocks (same scale,
+// float32 sums split into hi[16], lo[16]); one float per row undoes the scale.
+//
+// Kernel: a block of 8 warps computes 128 weight rows x 128 tokens; warp (wr, wc) = (warp / 4,
+// warp % 4) owns rows 64 wr .. +63 and tokens 32 wc .. +31 (4 m16 x 4 n8 fragments), walking the
+// columns in steps of 32:
+//   * x limbs of a step (128 tokens x 128 bytes) arrive through a 4-stage cp.async ring (16-byte
+//     copies, tokens past the tile zero-filled); token slots are 144 bytes, so ldmatrix's 8 rows
+//     fall in distinct bank groups.
+//   * weights of a step are fetched into registers (each thread 16 values of one row in their
+//     stored format, one step ahead) and written to shared memory as f16/bf16 operands after the
+//     barrier, double-buffered, once per block (not per warp): Q8_0 int8 -> f16 exactly (byte
+//     permute), F16/BF16 as stored, Q2_K q * (sc & 15) (an integer <= 45, exact in f16); rows of
+//     80 bytes (conflict-free ldmatrix).
+//   * Each warp loads its A (weights) and B (x limbs) fragments with ldmatrix.x4 and issues two
+//     MMAs per fragment pair (hi, lo) into a partial sum P.
+//   * Scales in float32, as the CPU reference applies them: Q8_0 acc += d * P after every 32-column
+//     block; Q2_K after each 256-column super-block acc += d * P - dmin * Pm, where Pm is one more
+//     MMA pair: the min codes (sc >> 4, exact in f16) of the 16 sub-blocks against the sub-block
+//     sums of x; F16/BF16 acc = P. The result times the token's 2^e is written once (no atomics:
+//     the summation order is fixed, results are deterministic).
+// gemm_experts runs the same body with blockIdx.z = expert (tokens offsets[e] + 128 blockIdx.x ..).
+#include <algorithm>
+
+#include "backend/cuda/gemm_tc.cuh"
+
+namespace dsv4::cuda::gemm_detail {
+
+namespace {
+
+constexpr int kBM = 128, kBN = 128, kBK = 32, kThreads = 256, kStages = 4;
+constexpr int kALd = 80;    // bytes per weight row of an A buffer (32 x 16-bit + 16 pad)
+constexpr int kXLd = 144;   // bytes per token of an x stage (32 hi + 32 lo + 16 pad)
+constexpr int kMLd = 48;    // bytes per row of Q2_K min codes (16 x f16 + 16 pad)
+constexpr int kSLd = 80;    // bytes per token of Q2_K sub-block sums (16 hi + 16 lo + 16 pad)
+constexpr int kXBlk = 128;  // packed x bytes per token and 32-column block
+constexpr int kSBlk = 64;   // packed sums per token and 256-column super-block
+constexpr int kXStageBytes = kBN * kXLd;
+constexpr int kABytes = kBM * kALd;
+constexpr int kMBytes = kBM * kMLd;
+constexpr int kSBytes = kBN * kSLd;
+static_assert(kThreads == 2 * kBM, "one thread per 16-weight half row of a step");
+static_assert(kBK == 32, "a step is one Q8_0 block / two Q2_K sub-blocks");
+
+template <int TYPE>
+constexpr size_t smem_bytes() {
+    size_t b = size_t(kStages) * kXStageBytes + 2 * kABytes + 2 * 2 * kBM * sizeof(float);
+    if (TYPE == kQ2_K) b += 2 * kMBytes + 2 * kSBytes;
+    return b;
+}
+
+struct TcParams {
+    const uint8_t* w;  // matrix 0
+    size_t row_bytes, matrix_bytes;
+    int64_t rows, cols;
+    const uint8_t* xp;      // packed limbs, xrow_bytes per row
+    size_t xrow_bytes;
+    const uint8_t* xs;      // Q2_K sub-block sums, xsrow_bytes per row
+    size_t xsrow_bytes;
+    const float* xscale;    // per packed row
+    float* y;
+    int64_t ldy;
+    int64_t T;
+    const int32_t* offsets;
+    int vec;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+// d += A · B, m16n8k16, A = {a0..a3}, B = {b0, b1} in the PTX fragment layout, f32 accumulate.
+template <bool BF16>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if constexpr (BF16) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
+
+// Four bytes (unsigned 0..255 after the optional sign flip) -> two f16x2, exactly: 0x64XX is the
+// f16 1024 + XX. Signed int8: flip the sign bit (XX = q + 128) and subtract 1152; unsigned
+// (Q2_K's q * sc <= 45): subtract 1024.
+template <bool SIGNED>
+__device__ __forceinline__ void bytes_to_f16x2(uint32_t v, uint32_t& lo, uint32_t& hi) {
+    const uint32_t u = SIGNED ? (v ^ 0x80808080u) : v;
+    const uint32_t bias = SIGNED ? 0x64806480u : 0x64006400u;
+    lo = __byte_perm(u, 0x64646464u, 0x4140);
+    hi = __byte_perm(u, 0x64646464u, 0x4342);
+    asm("sub.rn.f16x2 %0, %0, %1;\n" : "+r"(lo) : "r"(bias));
+    asm("sub.rn.f16x2 %0, %0, %1;\n" : "+r"(hi) : "r"(bias));
+}
+
+template <int TYPE, bool EXPERTS>
+__global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) {
+    constexpr bool kBf16 = TYPE == kBF16;
+    extern __shared__ __align__(128) uint8_t smem[];
+    uint8_t* xst = smem;                                  // [kStages][kBN][kXLd]
+    uint8_t* ast = xst + kStages * kXStageBytes;          // [2][kBM][kALd]
+    float* dsm = reinterpret_cast<float*>(ast + 2 * kABytes);  // [2][kBM][2]: d (and Q2_K dmin)
+    uint8_t* msm = reinterpret_cast<uint8_t*>(dsm + 2 * 2 * kBM);  // Q2_K [2][kBM][kMLd]
+    uint8_t* ssm = msm + 2 * kMBytes;                              // Q2_K [2][kBN][kSLd]
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3, wr = warp >> 2, wc = warp & 3;
+
+    int64_t m0, ntok;
+    const uint8_t* wmat = p.w;
+    if constexpr (EXPERTS) {
+        const int e = int(blockIdx.z);
+        const int64_t begin = p.offsets[e], end = p.offsets[e + 1];
+        m0 = begin + int64_t(blockIdx.x) * kBN;
+        if (m0 >= end) return;  // the whole block, before any barrier
+        ntok = min(int64_t(kBN), end - m0);
+        wmat += size_t(e) * p.matrix_bytes;
+    } else {
+        m0 = int64_t(blockIdx.x) * kBN;
+        ntok = min(int64_t(kBN), p.T - m0);
+    }
+    const int64_t n0 = int64_t(blockIdx.y) * kBM;
+    const int nks = int(p.cols / kBK);
+    const uint8_t* xb = p.xp + size_t(m0) * p.xrow_bytes;
+
+    // x limbs of step s (and, for Q2_K at a super-block's first step, its sub-block sums).
+    auto issue_x = [&](int s) {
+        if (s < nks) {
+            uint8_t* dst = xst + (s % kStages) * kXStageBytes;
+#pragma unroll
+            for (int i = tid; i < kBN * 8; i += kThreads) {
+                const int n = i >> 3, c = i & 7;
+                const bool ok = n < ntok;
+                const uint8_t* src = ok ? xb + size_t(n) * p.xrow_bytes + size_t(s) * kXBlk + c * 16 : p.xp;
+                cp_async16(dst + n * kXLd + c * 16, src, ok ? 16 : 0);
+            }
+            if constexpr (TYPE == kQ2_K) {
+                if (s % 8 == 0) {
+                    uint8_t* sd = ssm + ((s >> 3) & 1) * kSBytes;
+#pragma unroll
+                    for (int i = tid; i < kBN * 4; i += kThreads) {
+                        const int n = i >> 2, c = i & 3;
+                        const bool ok = n < ntok;
+                        const uint8_t* src =
+                            ok ? p.xs + size_t(m0 + n) * p.xsrow_bytes + size_t(s >> 3) * kSBlk + c * 16 : p.xs;
+                        cp_async16(sd + n * kSLd + c * 16, src, ok ? 16 : 0);
+                    }
+                }
+            }
+        }
+        cp_async_commit();  // an empty group keeps the wait count uniform
+    };
+
+    // Weight loader: row n0 + lr, columns 16 lh .. +15 of a step.
+    const int lr = tid >> 1, lh = tid & 1;
+    const uint8_t* wrow = n0 + lr < p.rows ? wmat + size_t(n0 + lr) * p.row_bytes : nullptr;
+    const bool vec = p.vec != 0;
+    WChunk<TYPE> wck;
+    auto fetch_w = [&](int s) { wck.fetch(wrow, int64_t(s) * kBK + 16 * lh, p.cols, vec); };
+    auto store_w = [&](int s) {
+        uint32_t h[8];
+        uint8_t* dst = ast + (s & 1) * kABytes + lr * kALd + lh * 32;
+        if constexpr (TYPE == kQ8_0) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) bytes_to_f16x2<true>(wck.q[j], h[2 * j], h[2 * j + 1]);
+            if (lh == 0) dsm[(s & 1) * 2 * kBM + 2 * lr] = __half2float(__ushort_as_half(uint16_t(wck.d)));
+        } else if constexpr (TYPE == kQ2_K) {
+            const uint32_t a = wck.sc & 15u;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                bytes_to_f16x2<false>(((wck.q[j] >> wck.shift) & 0x03030303u) * a, h[2 * j], h[2 * j + 1]);
+            const int par = (s >> 3) & 1, sub = (s & 7) * 2 + lh;
+            reinterpret_cast<__half*>(msm + par * kMBytes + lr * kMLd)[sub] = __uint2half_rn(wck.sc >> 4);
+            if (lh == 0) {
+                dsm[par * 2 * kBM + 2 * lr] = __half2float(__ushort_as_half(uint16_t(wck.dd & 0xffffu)));
+                dsm[par * 2 * kBM + 2 * lr + 1] = __half2float(__ushort_as_half(uint16_t(wck.dd >> 16)));
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) h[j] = wck.v[j];
+        }
+        reinterpret_cast<uint4*>(dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
+        reinterpret_cast<uint4*>(dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
+    };
+
+    float acc[4][4][4], part[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[i][j][c] = part[i][j][c] = 0.0f;
+
+    // ldmatrix lane addresses (byte offsets inside a buffer): A rows 64 wr + 16 i + (lane & 15),
+    // k half (lane >> 4); B tokens 32 wc + 8 j + (lane & 7), matrix lane >> 3 = (limb, k half).
+    const int a_off = (wr * 64 + (lane & 15)) * kALd + (lane >> 4) * 16;
+    const int b_off = (wc * 32 + (lane & 7)) * kXLd + ((lane >> 4) & 1) * 64 + ((lane >> 3) & 1) * 16;
+    const int m_off = (wr * 64 + (lane & 15)) * kMLd + (lane >> 4) * 16;
+    const int s_off = (wc * 32 + (lane & 7)) * kSLd + ((lane >> 4) & 1) * 32 + ((lane >> 3) & 1) * 16;
+
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue_x(s);
+    fetch_w(0);
+    store_w(0);
+    if (nks > 1) fetch_w(1);
+
+    for (int s = 0; s < nks; ++s) {
+        cp_async_wait<kStages - 2>();
+        __syncthreads();  // x step s and A buffer s & 1 are visible; step s - 1's buffers are free
+        issue_x(s + kStages - 1);
+        if (s + 1 < nks) {
+            store_w(s + 1);
+            if (s + 2 < nks) fetch_w(s + 2);  // in flight while step s is multiplied
+        }
+
+        const uint32_t xbase = smem_u32(xst + (s % kStages) * kXStageBytes);
+        const uint32_t abase = smem_u32(ast + (s & 1) * kABytes);
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+            uint32_t a[4][4], b[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) ldsm_x4(a[i], abase + a_off + i * 16 * kALd + kk * 32);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) ldsm_x4(b[j], xbase + b_off + j * 8 * kXLd + kk * 32);
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    mma16816<kBf16>(part[i][j], a[i], b[j][0], b[j][1]);  // hi limbs
+                    mma16816<kBf16>(part[i][j], a[i], b[j][2], b[j][3]);  // lo limbs
+                }
+        }
+
+        if constexpr (TYPE == kQ8_0) {
+            const float* dd = dsm + (s & 1) * 2 * kBM;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float d0 = dd[2 * (wr * 64 + 16 * i + g)], d1 = dd[2 * (wr * 64 + 16 * i + g + 8)];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    acc[i][j][0] = fmaf(d0, part[i][j][0], acc[i][j][0]);
+                    acc[i][j][1] = fmaf(d0, part[i][j][1], acc[i][j][1]);
+                    acc[i][j][2] = fmaf(d1, part[i][j][2], acc[i][j][2]);
+                    acc[i][j][3] = fmaf(d1, part[i][j][3], acc[i][j][3]);
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) part[i][j][c] = 0.0f;
+                }
+            }
+        } else if constexpr (TYPE == kQ2_K) {
+            if ((s & 7) == 7) {  // the super-block is complete: d * P - dmin * (mins · sums)
+                const int par = (s >> 3) & 1;
+                const uint32_t mbase = smem_u32(msm + par * kMBytes), sbase = smem_u32(ssm + par * kSBytes);
+                const float* dd = dsm + par * 2 * kBM;
+                uint32_t bs[4][4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) ldsm_x4(bs[j], sbase + s_off + j * 8 * kSLd);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    uint32_t am[4];
+                    ldsm_x4(am, mbase + m_off + i * 16 * kMLd);
+                    const int r0 = wr * 64 + 16 * i + g;
+                    const float d0 = dd[2 * r0], dm0 = dd[2 * r0 + 1];
+                    const float d1 = dd[2 * (r0 + 8)], dm1 = dd[2 * (r0 + 8) + 1];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        float pm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        mma16816<false>(pm, am, bs[j][0], bs[j][1]);
+                        mma16816<false>(pm, am, bs[j][2], bs[j][3]);
+                        acc[i][j][0] += d0 * part[i][j][0] - dm0 * pm[0];
+                        acc[i][j][1] += d0 * part[i][j][1] - dm0 * pm[1];
+                        acc[i][j][2] += d1 * part[i][j][2] - dm1 * pm[2];
+                        acc[i][j][3] += d1 * part[i][j][3] - dm1 * pm[3];
+#pragma unroll
+                        for (int c = 0; c < 4; ++c) part[i][j][c] = 0.0f;
+                    }
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();  // no copy may still target shared memory when the block exits
+
+    if constexpr (TYPE == kF16 || TYPE == kBF16) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) acc[i][j][c] = part[i][j][c];
+    }
+
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int c2 = 0; c2 < 2; ++c2) {
+            const int n = wc * 32 + 8 * j + 2 * t + c2;
+            if (n >= ntok) continue;
+            const float sc = p.xscale[m0 + n];
+            float* yr = p.y + (m0 + n) * p.ldy;
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int64_t r = n0 + wr * 64 + 16 * i + g + 8 * h;
+                    if (r < p.rows) yr[r] = acc[i][j][2 * h + c2] * sc;
+                }
+        }
+}
+
+// One block per packed row: limbs of every 16-column group (and for Q2_K the group's sum).
+template <bool BF16, bool SUMS>
+__global__ void __launch_bounds__(128) pack_kernel(const float* x, int64_t ldx, int64_t cols, uint8_t* xp,
+                                                   size_t xrow_bytes, uint8_t* xs, size_t xsrow_bytes, float* scale) {
+    const int64_t r = blockIdx.x;
+    const float* xr = x + r * ldx;
+    float inv = 1.0f, sc = 1.0f;
+    if constexpr (!BF16) {
+        __shared__ float wmax[4];
+        float m = 0.0f;
+        for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) m = fmaxf(m, fabsf(xr[k]));  // NaN is skipped
+        for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
+        __syncthreads();
+        m = fmaxf(fmaxf(wmax[0], wmax[1]), fmaxf(wmax[2], wmax[3]));
+        int e = 0;
+        if (m > 0.0f && m <= 3.0e38f) {
+            int ex;
+            frexpf(m, &ex);                     // m in [2^(ex-1), 2^ex)
+            e = max(-100, min(100, ex - 11));  // max |x| 2^-e in [2^10, 2^11); 2^±e a normal float
+        }
+        inv = ldexpf(1.0f, -e);
+        sc = ldexpf(1.0f, e);
+    }
+    uint8_t* o = xp + size_t(r) * xrow_bytes;
+    for (int64_t grp = threadIdx.x; grp < cols / 16; grp += blockDim.x) {
+        uint32_t hw[8], lw[8];
+        float sum = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 16; q += 2) {
+            uint32_t hb[2], lb[2];
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const float v = xr[grp * 16 + q + u] * inv;  // exact: a power of two
+                sum += v;
+                if constexpr (BF16) {
+                    const __nv_bfloat16 hv = __float2bfloat16_rn(v);
+                    hb[u] = __bfloat16_as_ushort(hv);
+                    lb[u] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(hv)));
+                } else {
+                    const __half hv = __float2half_rn(v);
+                    hb[u] = __half_as_ushort(hv);
+                    lb[u] = __half_as_ushort(__float2half_rn(v - __half2float(hv)));
+                }
+            }
+            hw[q / 2] = hb[0] | (hb[1] << 16);
+            lw[q / 2] = lb[0] | (lb[1] << 16);
+        }
+        uint4* dst = reinterpret_cast<uint4*>(o + size_t(grp >> 1) * kXBlk + (grp & 1) * 32);
+        dst[0] = make_uint4(hw[0], hw[1], hw[2], hw[3]);
+        dst[1] = make_uint4(hw[4], hw[5], hw[6], hw[7]);
+        dst[4] = make_uint4(lw[0], lw[1], lw[2], lw[3]);  // + 64 bytes: the lo limbs
+        dst[5] = make_uint4(lw[4], lw[5], lw[6], lw[7]);
+        if constexpr (SUMS) {
+            const __half hs = __float2half_rn(sum);
+            const __half ls = __float2half_rn(sum - __half2float(hs));
+            __half* sd = reinterpret_cast<__half*>(xs + size_t(r) * xsrow_bytes + size_t(grp >> 4) * kSBlk);
+            sd[grp & 15] = hs;
+            sd[16 + (grp & 15)] = ls;
+        }
+    }
+    if (threadIdx.x == 0) scale[r] = sc;
+}
+
+// ---- host side ----
+
+struct Layout {
+    size_t xrow_bytes, xsrow_bytes, sums_offset, scale_offset, total;
+};
+
+Layout layout(const DeviceMat& w, int64_t n_rows) {
+    Layout L{};
+    L.xrow_bytes = size_t(w.cols / 32) * kXBlk;
+    L.xsrow_bytes = int(w.type) == kQ2_K ? size_t(w.cols / 256) * kSBlk : 0;
+    auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+    L.sums_offset = up(size_t(n_rows) * L.xrow_bytes);
+    L.scale_offset = L.sums_offset + up(size_t(n_rows) * L.xsrow_bytes);
+    L.total = L.scale_offset + up(size_t(n_rows) * sizeof(float));
+    return L;
+}
+
+void pack(const DeviceMat& w, const float* x, int64_t ldx, int64_t n_rows, uint8_t* ws, const Layout& L,
+          cudaStream_t stream) {
+    if (n_rows > 0x7fffffff) fail("CUDA gemm: ", n_rows, " rows of x to pack");
+    const unsigned grid = unsigned(n_rows);
+    float* scale = reinterpret_cast<float*>(ws + L.scale_offset);
+    uint8_t* sums = ws + L.sums_offset;
+    switch (int(w.type)) {
+        case kBF16:
+            pack_kernel<true, false><<<grid, 128, 0, stream>>>(x, ldx, w.cols, ws, L.xrow_bytes, sums, 0, scale);
+            break;
+        case kQ2_K:
+            pack_kernel<false, true><<<grid, 128, 0, stream>>>(x, ldx, w.cols, ws, L.xrow_bytes, sums, L.xsrow_bytes,
+                                                               scale);
+            break;
+        default:
+            pack_kernel<false, false><<<grid, 128, 0, stream>>>(x, ldx, w.cols, ws, L.xrow_bytes, sums, 0, scale);
+    }
+    DSV4_LAUNCH_CHECK();
+}
+
+template <int TYPE, bool EXPERTS>
+void launch_type(const TcParams& p, dim3 grid, cudaStream_t stream) {
+    constexpr size_t smem = smem_bytes<TYPE>();
+    static const bool attr_set = [] {
+        DSV4_CUDA_CHECK(
+            cudaFuncSetAttribute(tc_gemm_kernel<TYPE, EXPERTS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        return true;
+    }();
+    (void)attr_set;
+    tc_gemm_kernel<TYPE, EXPERTS><<<grid, kThreads, smem, stream>>>(p);
+    DSV4_LAUNCH_CHECK();
+}
+
+template <bool EXPERTS>
+void launch(const DeviceMat& w, const TcParams& p, dim3 grid, cudaStream_t stream) {
+    switch (int(w.type)) {
+        case kQ8_0: launch_type<kQ8_0, EXPERTS>(p, grid, stream); return;
+        case kF16: launch_type<kF16, EXPERTS>(p, grid, stream); return;
+        case kBF16: launch_type<kBF16, EXPERTS>(p, grid, stream); return;
+        case kQ2_K: launch_type<kQ2_K, EXPERTS>(p, grid, stream); return;
+    }
+    fail("CUDA gemm: the tensor path does not take ", gguf::type_name(w.type), " weights");
+}
+
+TcParams make_params(const DeviceMat& w, const uint8_t* ws, const Layout& L, float* y, int64_t ldy) {
+    TcParams p{};
+    p.w = w.data;
+    p.row_bytes = w.row_bytes;
+    p.matrix_bytes = w.matrix_bytes();
+    p.rows = w.rows;
+    p.cols = w.cols;
+    p.xp = ws;
+    p.xrow_bytes = L.xrow_bytes;
+    p.xs = ws + L.sums_offset;
+    p.xsrow_bytes = L.xsrow_bytes;
+    p.xscale = reinterpret_cast<const float*>(ws + L.scale_offset);
+    p.y = y;
+    p.ldy = ldy;
+    p.vec = w.row_bytes % 16 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 15) == 0;
+    return p;
+}
+
+void check_ws(const DeviceMat& w, int64_t n_rows, const void* ws, size_t ws_bytes) {
+    const size_t need = layout(w, n_rows).total;
+    if (ws_bytes < need || (reinterpret_cast<uintptr_t>(ws) & 255) != 0)
+        fail("CUDA gemm: tensor-path workspace of ", ws_bytes, " bytes, ", need, " needed, 256-byte aligned");
+}
+
+}  // namespace
+
+bool tc_supported(const DeviceMat& w) {
+    const int t = int(w.type);
+    return (t == kQ8_0 || t == kF16 || t == kBF16 || t == kQ2_K) && w.cols % 32 == 0 && w.cols >= 32;
+}
+
+size_t tc_workspace_bytes(const DeviceMat& w, int64_t n_rows) { return layout(w, n_rows).total; }
+
+void tc_gemm(const DeviceMat& w, const float* x, int64_t ldx, int64_t T, float* y, int64_t ldy, void* ws,
+             size_t ws_bytes, cudaStream_t stream) {
+    if (!tc_supported(w)) fail("CUDA gemm: the tensor path does not take ", gguf::type_name(w.type), " [", w.rows, ", ", w.cols, "]");
+    check_ws(w, T, ws, ws_bytes);
+    const int64_t row_tiles = (w.rows + kBM - 1) / kBM, tok_tiles = (T + kBN - 1) / kBN;
+    if (row_tiles > 65535) fail("CUDA gemm: ", w.rows, " rows make ", row_tiles, " row tiles (at most 65535)");
+    const Layout L = layout(w, T);
+    uint8_t* wsb = static_cast<uint8_t*>(ws);
+    pack(w, x, ldx, T, wsb, L, stream);
+    TcParams p = make_params(w, wsb, L, y, ldy);
+    p.T = T;
+    launch<false>(w, p, dim3(unsigned(tok_tiles), unsigned(row_tiles), 1), stream);
+}
+
+void tc_gemm_experts(const DeviceMat& w, const float* x, const int32_t* offsets, int64_t max_rows, int64_t n_rows,
+                     float* y, void* ws, size_t ws_bytes, cudaStream_t stream) {
+    if (!tc_supported(w)) fail("CUDA gemm_experts: the tensor path does not take ", gguf::type_name(w.type), " [", w.rows, ", ", w.cols, "]");
+    if (n_rows <= 0 || max_rows <= 0) return;
+    check_ws(w, n_rows, ws, ws_bytes);
+    const int64_t row_tiles = (w.rows + kBM - 1) / kBM, tok_tiles = (max_rows + kBN - 1) / kBN;
+    if (row_tiles > 65535) fail("CUDA gemm_experts: ", w.rows, " rows make ", row_tiles, " row tiles (at most 65535)");
+    if (w.count > 65535) fail("CUDA gemm_experts: ", w.count, " experts (at most 65535)");
+    const Layout L = layout(w, n_rows);
+    uint8_t* wsb = static_cast<uint8_t*>(ws);
+    pack(w, x, w.cols, n_rows, wsb, L, stream);
+    TcParams p = make_params(w, wsb, L, y, w.rows);
+    p.offsets = offsets;
+    launch<true>(w, p, dim3(unsigned(tok_tiles), unsigned(row_tiles), unsigned(w.count)), stream);
+}
+
+}  // namespace dsv4::cuda::gemm_detail
