@@ -190,6 +190,7 @@ void check_case(const Case& c) {
     const int n = c.ids.empty() ? int(c.count) : int(c.ids.size());
     const int64_t ldy = c.rows + c.pad;
     double err2 = 0, ref2 = 0, worst = 0;
+    int64_t n_checked = 0;
     int64_t bad = 0;
     for (int p = 0; p < n; ++p) {
         const int32_t m = c.ids.empty() ? p : c.ids[size_t(p)];
@@ -218,12 +219,15 @@ void check_case(const Case& c) {
                                       << res.ref[i] << ", |err| " << e << " > " << lim;
                 }
                 worst = std::max(worst, e / (double(res.absdot[i]) + 1e-30));
+                ++n_checked;
                 err2 += e * e;
                 ref2 += double(res.ref[i]) * res.ref[i];
             }
     }
     EXPECT_EQ(bad, 0);
-    if (ref2 > 0) {
+    // The norm bound is a statistic over many outputs; a handful (one row x three tokens) can sum
+    // to nearly zero by cancellation, where only the per-output bound above means anything.
+    if (ref2 > 0 && n_checked >= 32) {
         EXPECT_LE(std::sqrt(err2 / ref2), tol.relative);
     }
     ::testing::Test::RecordProperty("worst_err_over_absdot", std::to_string(worst));

@@ -3,7 +3,7 @@
 //
 // x is packed once per call (pack_kernel) into two 16-bit limbs per value, x = hi + lo:
 //   * f16 limbs with a per-token power-of-two scale 2^e that puts max|x| of the token in
-//     [2^10, 2^11) (Q8_0, F16, Q2_K weights, whose quants are exact in f16): about 22 bits of x,
+//     [2^14, 2^15) ([2^10, 2^11) for Q2_K) (Q8_0, F16, Q2_K weights, whose quants are exact in f16): about 22 bits of x,
 //     no overflow (a Q2_K sub-block sum of 16 values stays below 2^15), and both limbs normal
 //     for every value within 2^13 of the largest (smaller ones lose only absolute precision
 //     below 2^-35 of the largest);
@@ -356,7 +356,9 @@ __global__ void __launch_bounds__(128) pack_kernel(const float* x, int64_t ldx, 
         if (m > 0.0f && m <= 3.0e38f) {
             int ex;
             frexpf(m, &ex);                     // m in [2^(ex-1), 2^ex)
-            e = max(-100, min(100, ex - 11));  // max |x| 2^-e in [2^10, 2^11); 2^±e a normal float
+            // max |x| 2^-e in [2^14, 2^15) (as matvec packs), or [2^10, 2^11) for Q2_K, whose sums of
+            // 16 values must stay inside f16 too; 2^±e a normal float.
+            e = max(-100, min(100, ex - (SUMS ? 11 : 15)));
         }
         inv = ldexpf(1.0f, -e);
         sc = ldexpf(1.0f, e);

@@ -385,6 +385,58 @@ __global__ void __launch_bounds__(128) simple_matvec_kernel(const uint8_t* w, si
     }
 }
 
+// Q2_K rows, one warp per (problem, row): each lane decodes 8 consecutive values of every
+// 256-value super-block (its sub-block's scale and min, 8 two-bit quants from two 4-byte words)
+// instead of one value at a time through load_elem, which re-reads the scales for every value.
+// The values are a * q - m as cpu::dequant_row computes them (no contraction); only the order of
+// the dot product's sums differs.
+__global__ void __launch_bounds__(128) q2k_matvec_kernel(const uint8_t* w, size_t matrix_bytes, size_t row_bytes,
+                                                         int64_t rows, int64_t cols, int64_t count,
+                                                         const int32_t* ids, MatvecArgs a) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = int64_t(blockIdx.x) * 4 + warp;
+    const int prob = blockIdx.y;
+    if (row >= rows) return;
+    const int64_t mat = ids ? int64_t(ids[prob]) : int64_t(prob);
+    const bool bad = mat < 0 || mat >= count;
+    float acc[kMaxMatvecTokens] = {};
+    if (!bad) {
+        const uint8_t* wr = w + size_t(mat) * matrix_bytes + size_t(row) * row_bytes;
+        const float* x = a.x + prob * a.x_stride + 8 * lane;
+        const int sub = lane >> 1, qoff = 16 + 32 * (lane >> 4) + 8 * (lane & 3), shift = 2 * ((lane & 15) >> 2);
+        for (int64_t b = 0; b < cols / 256; ++b) {
+            const uint8_t* blk = wr + b * 84;
+            const uint32_t q0 = *reinterpret_cast<const uint32_t*>(blk + qoff) >> shift;
+            const uint32_t q1 = *reinterpret_cast<const uint32_t*>(blk + qoff + 4) >> shift;
+            const uint32_t dd = *reinterpret_cast<const uint32_t*>(blk + 80);
+            const float d = __half2float(__ushort_as_half(uint16_t(dd & 0xffff)));
+            const float dmin = __half2float(__ushort_as_half(uint16_t(dd >> 16)));
+            const uint8_t sc = blk[sub];
+            const float av = __fmul_rn(d, float(sc & 15)), mv = __fmul_rn(dmin, float(sc >> 4));
+            float wv[8];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                wv[j] = __fsub_rn(__fmul_rn(av, float((q0 >> (8 * j)) & 3)), mv);
+                wv[4 + j] = __fsub_rn(__fmul_rn(av, float((q1 >> (8 * j)) & 3)), mv);
+            }
+#pragma unroll
+            for (int n = 0; n < kMaxMatvecTokens; ++n) {
+                if (n >= a.T) break;
+                const float* xs = x + n * a.ldx + b * 256;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[n] += wv[j] * xs[j];
+            }
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < kMaxMatvecTokens; ++n) {
+        if (n >= a.T) break;
+        float v = acc[n];
+        for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) a.y[prob * a.y_stride + n * a.ldy + row] = bad ? __int_as_float(0x7fc00000) : v;
+    }
+}
+
 // ---- host side ----
 
 int wtype(const DeviceMat& w) { return int(w.type); }
@@ -560,6 +612,13 @@ void matvec(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t wor
     }
     if (a.n > 65535) fail("CUDA matvec: ", a.n, " problems");
     const dim3 grid(ceil_div(w.rows, 4), unsigned(a.n));
+    // Q2_K super-blocks are 84 bytes: the word loads need 4-byte aligned rows.
+    if (wtype(w) == kQ2_K && w.row_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(w.data) % 4 == 0) {
+        q2k_matvec_kernel<<<grid, 128, 0, stream>>>(w.data, w.matrix_bytes(), w.row_bytes, w.rows, w.cols, w.count,
+                                                    a.ids, a);
+        DSV4_LAUNCH_CHECK();
+        return;
+    }
     dispatch_wtype(wtype(w), [&]<int TYPE>() {
         simple_matvec_kernel<TYPE><<<grid, 128, 0, stream>>>(w.data, w.matrix_bytes(), w.row_bytes, w.rows, w.cols,
                                                              w.count, a.ids, a);
