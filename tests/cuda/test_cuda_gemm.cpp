@@ -9,13 +9,13 @@
 // Tolerance, per output: |cuda - cpu| <= tol * sum_k |x_k| |w_k| (the scale of any rounding in
 // the dot product), with
 //   tol = 1e-5 on the float32 tiled kernel (float32 FMA in another order),
-//   2e-6 on the tensor kernel with f16 limbs (Q8_0, F16, Q2_K), 1e-5 with bf16 limbs (BF16),
+//   2e-6 on the tensor kernel with f16 limbs (Q8_0), 1e-5 with bf16 limbs (BF16),
 //   and, where T <= 8 goes to matvec, the matvec test's: 2e-6 on its tensor path with f16 limbs
 //   (Q8_0, F16), 1e-5 with bf16 limbs (BF16), 1e-6 on its simple path;
 // and over the whole output ||cuda - cpu|| / ||cpu|| below 1e-5 (3e-5 for bf16 limbs). A wrong
 // index, a missed step or a race gives errors of the order of the outputs themselves.
 //
-// The tensor kernel (T >= 16 on Q8_0/F16/BF16/Q2_K) is also tested forced (GemmOptions::path) over
+// The tensor kernel (T >= 16 on Q8_0/BF16; its F16 and Q2_K forms are off, gemm_tc.cu) is tested forced (GemmOptions::path) over
 // T = 16..1000, rows that leave partial 128-row tiles, 256..4096 columns, strides, slices, the
 // grouped form with workspace, tokens of magnitudes 1e-15..1e15, and against the float32 kernel on
 // the same inputs (and bit-for-bit against itself). The environment variable DSV4_GEMM_PATH, if
@@ -162,7 +162,7 @@ bool poisoned(float v) {
 // Accumulates the comparison of outputs against the reference (with their tolerance scale
 // sum |x||w|) and of elements that must still hold the poison.
 struct Checker {
-    int64_t bad = 0;
+    int64_t bad = 0, n = 0;
     double err2 = 0, ref2 = 0, worst = 0;
 
     // Output y[t][r] (named only when it fails: the loops visit millions of elements).
@@ -173,6 +173,7 @@ struct Checker {
             ADD_FAILURE() << "y[" << t << "][" << r << "] = " << got << ", cpu " << ref << ", |err| " << e << " > "
                           << lim;
         worst = std::max(worst, e / (double(absdot) + 1e-30));
+        ++n;
         err2 += e * e;
         ref2 += double(ref) * ref;
     }
@@ -181,7 +182,9 @@ struct Checker {
     }
     void finish(double relative) {
         EXPECT_EQ(bad, 0);
-        if (ref2 > 0) {
+        // A statistic over many outputs: a handful can cancel to nearly zero, where only the
+        // per-output bound means anything.
+        if (ref2 > 0 && n >= 32) {
             EXPECT_LE(std::sqrt(err2 / ref2), relative);
         }
         ::testing::Test::RecordProperty("worst_err_over_absdot", std::to_string(worst));
@@ -401,7 +404,7 @@ TEST(CudaGemmExperts, NoRowsWritesNothing) {
 
 // ---- the tensor kernel, forced, and against the float32 kernel ----
 
-const TensorType kTensorTypes[] = {TensorType::Q8_0, TensorType::F16, TensorType::BF16, TensorType::Q2_K};
+const TensorType kTensorTypes[] = {TensorType::Q8_0, TensorType::BF16};  // what tc_supported offers
 
 cuda::GemmOptions with_path(cuda::GemmPath p) {
     cuda::GemmOptions o;
