@@ -100,7 +100,11 @@ void CudaBackend::note_memory() const {
 CudaState& CudaBackend::state_of(State& st, const ModelConfig& c) const {
     if (int(st.layers.size()) != c.n_layers) fail("state was made for another model");
     if (!st.device.get()) {
-        if (st.pos != 0) fail("a state that ran on the CPU cannot continue on the CUDA backend");
+        // A fresh State may start at a later position with nothing consumed (the MTP drafter's,
+        // fed just the last window of a prompt); one the CPU has filled cannot move here.
+        for (const LayerState& l : st.layers)
+            if (l.n_window || l.comp.n_rows || l.comp.n_buf || l.idx.n_rows || l.idx.n_buf)
+                fail("a state that ran on the CPU cannot continue on the CUDA backend");
         st.device.reset(std::make_unique<CudaState>(c));
     }
     auto* cs = dynamic_cast<CudaState*>(st.device.get());
