@@ -403,7 +403,6 @@ void CudaBackend::forward(const int32_t* tokens, int64_t T, State& st, float* lo
                 cudaGetLastError();
             }
             restore(ds, before);
-            graphs_failed_ = true;
             launch_forward(tokens, T, st.pos, ds, opt, want_logits, first);
         }
     } else {

@@ -84,7 +84,7 @@ private:
     mutable size_t peak_used_ = 0;
     // Decode graphs (DSV4_CUDA_GRAPHS=0 turns them off).
     bool graphs_ = true;
-    mutable bool capturing_ = false, graphs_failed_ = false;
+    mutable bool capturing_ = false;
     mutable std::string topology_;                       // the optional launches of the step being queued
     mutable std::set<int64_t> warm_sizes_;              // token counts that have run once plainly
     mutable std::map<std::string, cudaGraphExec_t> execs_;

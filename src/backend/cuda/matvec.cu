@@ -354,6 +354,19 @@ __global__ void zero_outputs_kernel(float* y, int64_t ldy, int64_t y_stride, int
     }
 }
 
+// The end of a warp-per-row kernel: each token's lane partial sums reduced over the warp and
+// written by lane 0 (NaN for a problem whose matrix id is invalid).
+__device__ __forceinline__ void write_row(const float (&acc)[kMaxMatvecTokens], const MatvecArgs& a, int prob,
+                                          int64_t row, int lane, bool bad) {
+#pragma unroll
+    for (int n = 0; n < kMaxMatvecTokens; ++n) {
+        if (n >= a.T) break;
+        float v = acc[n];
+        for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) a.y[prob * a.y_stride + n * a.ldy + row] = bad ? __int_as_float(0x7fc00000) : v;
+    }
+}
+
 // The oracle: one warp per output row, float32 products and sums on the CUDA cores.
 template <int TYPE>
 __global__ void __launch_bounds__(128) simple_matvec_kernel(const uint8_t* w, size_t matrix_bytes, size_t row_bytes,
@@ -376,13 +389,7 @@ __global__ void __launch_bounds__(128) simple_matvec_kernel(const uint8_t* w, si
                 if (n < a.T) acc[n] += wv * x[n * a.ldx + k];
         }
     }
-#pragma unroll
-    for (int n = 0; n < kMaxMatvecTokens; ++n) {
-        if (n >= a.T) break;
-        float v = acc[n];
-        for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if (lane == 0) a.y[prob * a.y_stride + n * a.ldy + row] = bad ? __int_as_float(0x7fc00000) : v;
-    }
+    write_row(acc, a, prob, row, lane, bad);
 }
 
 // Q2_K rows, one warp per (problem, row): each lane decodes 8 consecutive values of every
@@ -428,13 +435,7 @@ __global__ void __launch_bounds__(128) q2k_matvec_kernel(const uint8_t* w, size_
             }
         }
     }
-#pragma unroll
-    for (int n = 0; n < kMaxMatvecTokens; ++n) {
-        if (n >= a.T) break;
-        float v = acc[n];
-        for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if (lane == 0) a.y[prob * a.y_stride + n * a.ldy + row] = bad ? __int_as_float(0x7fc00000) : v;
-    }
+    write_row(acc, a, prob, row, lane, bad);
 }
 
 // ---- host side ----
