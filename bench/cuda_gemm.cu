@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/common.cuh"
+#include "bench_fill.cuh"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/gemm.h"
 
@@ -44,58 +45,11 @@ using json = nlohmann::json;
 
 namespace {
 
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-// Q8_0 blocks: scales in [0.5e-3, 1.5e-3], quants uniform in [-127, 127].
-__global__ void fill_q8_0(uint8_t* p, size_t nblocks, uint64_t seed) {
-    for (size_t b = blockIdx.x * size_t(blockDim.x) + threadIdx.x; b < nblocks; b += size_t(gridDim.x) * blockDim.x) {
-        uint8_t* blk = p + b * 34;
-        uint64_t h = mix64(seed ^ (b * 0x100000001b3ull));
-        const uint16_t dbits = __half_as_ushort(__float2half(0.5e-3f + 1e-3f * float(h & 0xffff) / 65535.0f));
-        blk[0] = uint8_t(dbits & 0xff);
-        blk[1] = uint8_t(dbits >> 8);
-        for (int j = 0; j < 32; ++j) {
-            if ((j & 7) == 0) h = mix64(h);
-            blk[2 + j] = uint8_t(int8_t(int((h >> (8 * (j & 7))) & 0xff) % 255 - 127));
-        }
-    }
-}
-
-// Q2_K super-blocks: random scale/min codes and quants, d in [1e-3, 3e-3], dmin in [1e-3, 3e-3].
-__global__ void fill_q2_k(uint8_t* p, size_t nsb, uint64_t seed) {
-    for (size_t b = blockIdx.x * size_t(blockDim.x) + threadIdx.x; b < nsb; b += size_t(gridDim.x) * blockDim.x) {
-        uint8_t* sb = p + b * 84;
-        uint64_t h = mix64(seed ^ (b * 0x100000001b3ull));
-        for (int j = 0; j < 80; ++j) {
-            if ((j & 7) == 0) h = mix64(h);
-            sb[j] = uint8_t(h >> (8 * (j & 7)));
-        }
-        h = mix64(h);
-        const uint16_t d = __half_as_ushort(__float2half(1e-3f + 2e-3f * float(h & 0xffff) / 65535.0f));
-        const uint16_t dm = __half_as_ushort(__float2half(1e-3f + 2e-3f * float((h >> 16) & 0xffff) / 65535.0f));
-        sb[80] = uint8_t(d & 0xff);
-        sb[81] = uint8_t(d >> 8);
-        sb[82] = uint8_t(dm & 0xff);
-        sb[83] = uint8_t(dm >> 8);
-    }
-}
-
-__global__ void fill_f32(float* p, size_t n, uint64_t seed) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        const uint64_t h = mix64(seed ^ i);
-        p[i] = float(h & 0xffffff) / 8388608.0f - 1.0f;
-    }
-}
-
-__global__ void f32_to_bf16(const float* x, __nv_bfloat16* y, size_t n) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-        y[i] = __float2bfloat16(x[i]);
-}
+using bench::f32_to_bf16;
+using bench::fill_bf16;
+using bench::fill_f32;
+using bench::fill_q2_k;
+using bench::fill_q8_0;
 
 // Q8_0 [rows, cols] -> bf16 (d * q rounded to bf16): cuBLAS's copy of the same weight.
 __global__ void q8_0_to_bf16(const uint8_t* w, __nv_bfloat16* out, size_t n, int64_t cols) {

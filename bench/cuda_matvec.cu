@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/common.cuh"
+#include "bench_fill.cuh"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/matvec.h"
 
@@ -43,49 +44,11 @@ using json = nlohmann::json;
 
 namespace {
 
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-// Q8_0 blocks with scales in [0.5e-3, 1.5e-3] and quants uniform in [-127, 127] (what a
-// quantised N(0, 0.05) weight looks like).
-__global__ void fill_q8_0(uint8_t* p, size_t nblocks, uint64_t seed) {
-    for (size_t b = blockIdx.x * size_t(blockDim.x) + threadIdx.x; b < nblocks; b += size_t(gridDim.x) * blockDim.x) {
-        uint8_t* blk = p + b * 34;
-        uint64_t h = mix64(seed ^ (b * 0x100000001b3ull));
-        const __half d = __float2half(0.5e-3f + 1e-3f * float(h & 0xffff) / 65535.0f);
-        const uint16_t dbits = __half_as_ushort(d);
-        blk[0] = uint8_t(dbits & 0xff);
-        blk[1] = uint8_t(dbits >> 8);
-        for (int j = 0; j < 32; ++j) {
-            if ((j & 7) == 0) h = mix64(h);
-            blk[2 + j] = uint8_t(int8_t(int((h >> (8 * (j & 7))) & 0xff) % 255 - 127));
-        }
-    }
-}
-
-__global__ void fill_bf16(uint16_t* p, size_t n, uint64_t seed, float scale) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        const uint64_t h = mix64(seed ^ i);
-        const float v = scale * (float(h & 0xffffff) / 8388608.0f - 1.0f);
-        p[i] = __bfloat16_as_ushort(__float2bfloat16(v));
-    }
-}
-
-__global__ void fill_f32(float* p, size_t n, uint64_t seed) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        const uint64_t h = mix64(seed ^ i);
-        p[i] = float(h & 0xffffff) / 8388608.0f - 1.0f;
-    }
-}
-
-__global__ void f32_to_bf16(const float* x, __nv_bfloat16* y, size_t n) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-        y[i] = __float2bfloat16(x[i]);
-}
+using bench::f32_to_bf16;
+using bench::fill_bf16;
+using bench::fill_f32;
+using bench::fill_q2_k;
+using bench::fill_q8_0;
 
 // Reads n 16-byte words, four independent loads in flight per thread; the XOR goes to *sink
 // only under a condition the data never meets, so the loads cannot be dropped.
@@ -279,6 +242,7 @@ int main(int argc, char** argv) {
             {"experts_gate_6of256_2048x4096", 2048, 4096, 256, 6, true},
             {"experts_down_6of256_4096x2048", 4096, 2048, 256, 6, false},
             {"lm_head_129280x4096", 129280, 4096, 1, 1, true},
+            {"router_256x4096", 256, 4096, 1, 1, true},
         };
         const int Ts[] = {1, 4, 8};
         constexpr size_t kRotateBytes = size_t(256) << 20;  // > 4x the 60 MB L2
@@ -292,8 +256,22 @@ int main(int argc, char** argv) {
             // Dense weights rotate over copies; stacks rotate over expert sets.
             const int copies = sh.stack > 1 ? 1 : int(std::clamp<size_t>((kRotateBytes + q8_mat - 1) / q8_mat, 1, 16));
             const int bf_copies = sh.stack > 1 ? 1 : int(std::clamp<size_t>((kRotateBytes + bf_mat - 1) / bf_mat, 1, 16));
-            cuda::DeviceBuffer wq(q8_mat * sh.stack * copies), wb(bf_mat * sh.stack * bf_copies);
             unsigned grid;
+            // Q2_K for the expert stacks (the 2-bit expert format), F32 for the router.
+            const bool with_q2 = sh.stack > 1, with_f32 = sh.name.rfind("router", 0) == 0;
+            const size_t q2_row = size_t(sh.cols / 256) * 84, q2_mat = q2_row * sh.rows;
+            const size_t f32_row = size_t(sh.cols) * 4, f32_mat = f32_row * sh.rows;
+            const int f32_copies = int(std::clamp<size_t>((kRotateBytes + f32_mat - 1) / f32_mat, 1, 64));
+            cuda::DeviceBuffer wq(q8_mat * sh.stack * copies), wb(bf_mat * sh.stack * bf_copies);
+            cuda::DeviceBuffer w2(with_q2 ? q2_mat * sh.stack : 0), wf(with_f32 ? f32_mat * f32_copies : 0);
+            if (with_q2) {
+                fill_launch_dims(w2.size() / 84, grid);
+                fill_q2_k<<<grid, 256, 0, s>>>(w2.as<uint8_t>(), w2.size() / 84, 19 + rng());
+            }
+            if (with_f32) {
+                fill_launch_dims(wf.size() / 4, grid);
+                fill_f32<<<grid, 256, 0, s>>>(wf.as<float>(), wf.size() / 4, 23 + rng());
+            }
             fill_launch_dims(wq.size() / 34, grid);
             fill_q8_0<<<grid, 256, 0, s>>>(wq.as<uint8_t>(), wq.size() / 34, 11 + rng());
             fill_launch_dims(wb.size() / 2, grid);
@@ -449,6 +427,24 @@ int main(int argc, char** argv) {
                                  bf_check, "rel_l2_vs_dsv4_simple"});
                 impls.push_back({"cublas_gemm", "BF16", cublas_bytes, cublas_call, bf_vs_cublas,
                                  "rel_l2_dsv4_bf16_vs_cublas (cuBLAS rounds x to bf16)"});
+                // The dedicated CUDA-core kernels (Auto), checked against the oracle on set 0.
+                auto add_dedicated = [&](TensorType type, const cuda::DeviceBuffer& buf, size_t row_bytes,
+                                         size_t mat_bytes, int n_copies) {
+                    const cuda::DeviceMat m0 = mat_at(buf, type, row_bytes, mat_bytes, 0);
+                    cuda::matvec(m0, args_for(0, y.as<float>()), nullptr, 0, s);
+                    cuda::matvec(m0, args_for(0, y2.as<float>()), nullptr, 0, s, simple);
+                    DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
+                    y.download(h1.data(), yn * 4);
+                    y2.download(h2.data(), yn * 4);
+                    impls.push_back({"dsv4_auto", dsv4::gguf::type_name(type), mat_bytes * sh.active + x_bytes + y_bytes,
+                                     [&, type, row_bytes, mat_bytes, n_copies](int i) {
+                                         cuda::matvec(mat_at(buf, type, row_bytes, mat_bytes, i % n_copies),
+                                                      args_for(i, y.as<float>()), nullptr, 0, s);
+                                     },
+                                     rel_l2(h1, h2), "rel_l2_vs_dsv4_simple"});
+                };
+                if (with_q2) add_dedicated(TensorType::Q2_K, w2, q2_row, q2_mat, 1);
+                if (with_f32) add_dedicated(TensorType::F32, wf, f32_row, f32_mat, f32_copies);
 
                 for (const Impl& im : impls) {
                     const Timing tm = time_calls(s, im.call);

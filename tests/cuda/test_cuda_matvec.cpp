@@ -271,6 +271,46 @@ TEST(CudaMatvec, SimplePathMatchesCpuForEveryType) {
         for (int T : {1, 3, 8}) check_case({TensorType::Q2_K, rows, cols, T, 1, {}, true, cuda::MatvecPath::Simple});
 }
 
+TEST(CudaMatvec, DedicatedKernelsMatchCpu) {
+    REQUIRE_DEVICE();
+    // Q2_K at T = 1 on the register kernel: every width it takes (1, 2, 4, 8 slices of 2048
+    // columns), rows that leave partial tiles, expert stacks with shared and own inputs and an
+    // invalid id; pad 4 keeps the inputs 16-byte aligned (the kernel's condition), pad 3 does not
+    // (the general Q2_K kernel then runs).
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 2048}, {300, 4096}, {70, 8192}, {5, 16384}})
+        for (int64_t pad : {int64_t(0), int64_t(4), int64_t(3)}) {
+            Case c{TensorType::Q2_K, rows, cols, 1, 1, {}, true, cuda::MatvecPath::Auto};
+            c.pad = pad;
+            check_case(c);
+        }
+    for (bool shared : {true, false})
+        for (int64_t pad : {int64_t(4), int64_t(3)}) {
+            Case c{TensorType::Q2_K, 96, 4096, 1, 9, {4, 0, 8, -1, 4, 2}, shared, cuda::MatvecPath::Auto};
+            c.pad = pad;
+            check_case(c);
+            c.cols = 2048;
+            check_case(c);
+        }
+    // F32 (the router's type) with aligned rows and inputs, and without.
+    for (int T : {1, 3, 8})
+        for (int64_t pad : {int64_t(0), int64_t(3)}) {
+            Case c{TensorType::F32, 256, 4096, T, 1, {}, true, cuda::MatvecPath::Auto};
+            c.pad = pad;
+            check_case(c);
+            c.cols = 4100;  // a tail of one float4 per lane fewer than the unrolled loop takes
+            check_case(c);
+        }
+}
+
+TEST(CudaMatvec, FewTilesSplitColumnsToFillTheDevice) {
+    REQUIRE_DEVICE();
+    // Decode shapes with fewer 32-row tiles than multiprocessors ([512, 4096] is 16 tiles): the
+    // columns are split over blocks and the partial sums added in split order.
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{512, 4096}, {1024, 4096}, {8, 2048}, {64, 1056}})
+        for (int T : {1, 2, 8}) check_case({TensorType::Q8_0, rows, cols, T, 1, {}, true, cuda::MatvecPath::Auto});
+    check_case({TensorType::Q8_0, 64, 4096, 1, 16, {11, 2, 7, 15, 0, 8}, false, cuda::MatvecPath::Auto});
+}
+
 TEST(CudaMatvec, SplitColumnsAddUp) {
     REQUIRE_DEVICE();
     // A small x budget forces the column range to be split over blocks whose partial sums are
@@ -309,31 +349,37 @@ TEST(CudaMatvec, InvalidExpertIdGivesNaNForThatProblemOnly) {
 
 TEST(CudaMatvec, TensorPathIsDeterministic) {
     REQUIRE_DEVICE();
-    // Without split columns every output is summed in a fixed order: two runs on the same inputs
-    // agree bit for bit (a race would show up as a difference).
-    HostStack w = make_weights(TensorType::Q8_0, 1000, 2048, 1);
-    std::vector<float> x = make_x(1, 8, 2048, 2048);
-    cuda::DeviceWeight dw = cuda::upload(w.stack.first);
-    cuda::DeviceBuffer dx(x.size() * 4), dy(8 * 1000 * 4);
-    dx.upload(x.data(), x.size() * 4);
-    cuda::MatvecArgs a;
-    a.x = dx.as<const float>();
-    a.ldx = 2048;
-    a.T = 8;
-    a.y = dy.as<float>();
-    a.ldy = 1000;
-    const size_t wsb = cuda::matvec_workspace_bytes(dw.mat, a);
-    ASSERT_GT(wsb, 0u);  // Auto takes the tensor path for Q8_0
-    cuda::DeviceBuffer ws(wsb);
-    std::vector<float> y1(8000), y2(8000);
-    for (auto* out : {&y1, &y2}) {
-        dy.fill_bytes(0xff);
-        cuda::matvec(dw.mat, a, ws.get(), wsb);
-        cuda::synchronize();
-        dy.download(out->data(), 8000 * 4);
+    // Every output is summed in a fixed order, split columns included (their partial sums are
+    // added in split order): two runs on the same inputs agree bit for bit (a race would show up
+    // as a difference). [1000, 2048] at T = 8 is one split per tile; [100, 2048] at T = 1 has 4
+    // tiles, so its columns are split to fill the device.
+    for (auto [rows, T] : {std::pair<int64_t, int>{1000, 8}, {100, 1}}) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + " T " + std::to_string(T));
+        HostStack w = make_weights(TensorType::Q8_0, rows, 2048, 1);
+        std::vector<float> x = make_x(1, T, 2048, 2048);
+        cuda::DeviceWeight dw = cuda::upload(w.stack.first);
+        const size_t ny = size_t(T) * size_t(rows);
+        cuda::DeviceBuffer dx(x.size() * 4), dy(ny * 4);
+        dx.upload(x.data(), x.size() * 4);
+        cuda::MatvecArgs a;
+        a.x = dx.as<const float>();
+        a.ldx = 2048;
+        a.T = T;
+        a.y = dy.as<float>();
+        a.ldy = rows;
+        const size_t wsb = cuda::matvec_workspace_bytes(dw.mat, a);
+        ASSERT_GT(wsb, 0u);  // Auto takes the tensor path for Q8_0
+        cuda::DeviceBuffer ws(wsb);
+        std::vector<float> y1(ny), y2(ny);
+        for (auto* out : {&y1, &y2}) {
+            dy.fill_bytes(0xff);
+            cuda::matvec(dw.mat, a, ws.get(), wsb);
+            cuda::synchronize();
+            dy.download(out->data(), ny * 4);
+        }
+        EXPECT_EQ(std::memcmp(y1.data(), y2.data(), ny * 4), 0);
+        for (float v : y1) ASSERT_TRUE(std::isfinite(v));
     }
-    EXPECT_EQ(std::memcmp(y1.data(), y2.data(), 8000 * 4), 0);
-    for (float v : y1) ASSERT_TRUE(std::isfinite(v));
 }
 
 // Argument checks happen on the host before any CUDA call, so these run without a device.

@@ -78,7 +78,8 @@ struct TcParams {
     int x_per_problem;      // 1: problem p's tokens are packed rows p*T.., 0: rows 0..T-1
     float* y;
     int64_t ldy, y_stride;
-    int T, nb, kb_per_split, tiles, xs_stride, xs_bytes, atomic;
+    int T, nb, kb_per_split, tiles, xs_stride, xs_bytes;
+    float* partial;         // split columns: [split][problem][token][rows] partial sums, else null
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
@@ -282,11 +283,10 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
 #pragma unroll
                 for (int w = 0; w < kWarps; ++w) v += red[((w * 2 + sub) * 32 + src_lane) * 4 + e];
                 v = bad ? __int_as_float(0x7fc00000) : v * p.xscale[xrow0 + n];
-                float* out = p.y + prob * p.y_stride + n * p.ldy + row;
-                if (p.atomic)
-                    atomicAdd(out, v);
+                if (p.partial)
+                    p.partial[((size_t(blockIdx.z) * gridDim.y + prob) * T + n) * p.rows + row] = v;
                 else
-                    *out = v;
+                    p.y[prob * p.y_stride + n * p.ldy + row] = v;
             }
             // The next write of red follows the next top-of-loop barrier, after these reads.
         }
@@ -294,11 +294,16 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
     cp_async_wait<0>();  // no copy may still target shared memory when the block exits
 }
 
-// Packs rows of x into limbs: block r handles packed row r (problem r / T, token r % T).
+// Packs rows of x into limbs: blocks (r, c) handle packed row r (problem r / T, token r % T),
+// column blocks [c * kPackBlocks, (c + 1) * kPackBlocks). Every block of a row finds the row's
+// max |x| itself (the row is small and in L2), so decode's single row is packed by many blocks
+// at once instead of one.
 // Layout per row: for each 32-column block, 64 bytes of hi limbs then 64 bytes of lo limbs,
 // each in the permuted order 4t..4t+3, 16+4t..16+4t+3 for t = 0..3 (see the kernel). f16 limbs
 // carry a power-of-two scale 2^e per row that puts max|x| in [2^14, 2^15): no overflow, and
 // both limbs stay normal numbers for every value within 2^24 of the largest.
+constexpr int kPackBlocks = 16;
+
 template <bool BF16>
 __global__ void pack_x_kernel(const float* x, int64_t ldx, int64_t x_stride, int T, int nb, uint8_t* out,
                               size_t xrow_bytes, float* scale) {
@@ -325,7 +330,8 @@ __global__ void pack_x_kernel(const float* x, int64_t ldx, int64_t x_stride, int
         inv = ldexpf(1.0f, -e);
         sc = ldexpf(1.0f, e);
     }
-    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    const int k1 = min(K, int(blockIdx.y + 1) * kPackBlocks * 32);
+    for (int k = int(blockIdx.y) * kPackBlocks * 32 + threadIdx.x; k < k1; k += blockDim.x) {
         const float v = xr[k] * inv;  // exact: a power of two
         const int cb = k >> 5, j = k & 31;
         const int pos = j < 16 ? (j >> 2) * 8 + (j & 3) : ((j - 16) >> 2) * 8 + 4 + (j & 3);
@@ -343,14 +349,18 @@ __global__ void pack_x_kernel(const float* x, int64_t ldx, int64_t x_stride, int
         blk[pos] = hi;
         blk[32 + pos] = lo;
     }
-    if (threadIdx.x == 0) scale[r] = sc;
+    if (threadIdx.x == 0 && blockIdx.y == 0) scale[r] = sc;
 }
 
-__global__ void zero_outputs_kernel(float* y, int64_t ldy, int64_t y_stride, int n, int T, int64_t rows) {
+// Adds the column splits' partial sums of every output in split order (deterministic).
+__global__ void add_splits_kernel(const float* __restrict__ partial, int nsplit, int n, int T, int64_t rows,
+                                  float* __restrict__ y, int64_t ldy, int64_t y_stride) {
     const int64_t total = int64_t(n) * T * rows;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        float v = 0.0f;
+        for (int z = 0; z < nsplit; ++z) v += partial[size_t(z) * total + i];
         const int64_t r = i % rows, nt = i / rows;
-        y[(nt / T) * y_stride + (nt % T) * ldy + r] = 0.0f;
+        y[(nt / T) * y_stride + (nt % T) * ldy + r] = v;
     }
 }
 
@@ -438,6 +448,162 @@ __global__ void __launch_bounds__(128) q2k_matvec_kernel(const uint8_t* w, size_
     write_row(acc, a, prob, row, lane, bad);
 }
 
+// The exact float of a small unsigned integer (v < 2^23) without the int->float conversion
+// unit (a quarter of the FP32 rate, which would bound these kernels below the memory bandwidth):
+// 2^23 + v has v in its low mantissa bits, and subtracting 2^23 is exact.
+__device__ __forceinline__ float small_u2f(uint32_t v) { return __int_as_float(0x4B000000u | v) - 8388608.0f; }
+// The same for byte B of a word whose bytes are all < 128.
+template <int B>
+__device__ __forceinline__ float byte_u2f(uint32_t w) {
+    return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7440 | B)) - 8388608.0f;
+}
+
+// Q2_K rows at T = 1 (decode), cols a multiple of 2048 up to 16384. A lane owns 16 qs bytes of a
+// super-block (a quarter: half h, bytes 16c..16c+15), i.e. the 4 whole sub-blocks 8h + 2j + c
+// (j = shift), 64 values; a warp's 32 lanes cover 2048 columns (a "slice"), and a row of S
+// slices takes S warps of the block, the block's 8 / S warp groups taking different rows. The
+// lane's 64 inputs stay in registers for every row it visits, with their 4 sub-block sums:
+// sum (a q - m) x = a sum q x - m sum x, so a value costs one conversion (byte_u2f) and one FMA.
+// Per row a lane issues 7 word loads (4 of quants, 2 of scales, d/dmin), hoisted 4 rows at a
+// time so that enough bytes are in flight. Partial sums of a row's slices meet in shared memory
+// and are added in slice order (deterministic).
+constexpr int kQ2Warps = 8, kQ2RowsPerWarp = 8, kQ2Hoist = 4;
+
+__global__ void __launch_bounds__(kQ2Warps * 32, 2)
+    q2k_matvec_t1_kernel(const uint8_t* __restrict__ w, size_t matrix_bytes, size_t row_bytes, int64_t rows,
+                         int nsb, int64_t count, const int32_t* __restrict__ ids, const float* __restrict__ x,
+                         int64_t x_stride, float* __restrict__ y, int64_t y_stride, int n_prob, int tiles_per_prob,
+                         int tiles_per_block) {
+    __shared__ float red[kQ2Warps][kQ2RowsPerWarp];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int S = nsb / 8, G = kQ2Warps / S;
+    const int slice = warp % S, group = warp / S, TR = G * kQ2RowsPerWarp;
+    const int u = slice * 32 + lane, sb = u >> 2, qq = u & 3, h = qq >> 1, c = qq & 1;
+    const int xoff = sb * 256 + 128 * h + 16 * c;  // + 32 j + 4 i: shift j, quant word i
+    const int qoff = sb * 84 + 16 + 16 * qq, soff = sb * 84 + 8 * h, doff = sb * 84 + 80;
+
+    float4 xv[4][4];
+    float xsum[4];
+    int x_prob = -1;
+    const int t0 = blockIdx.x * tiles_per_block, t1 = min(n_prob * tiles_per_prob, t0 + tiles_per_block);
+    for (int tile = t0; tile < t1; ++tile) {
+        const int prob = tile / tiles_per_prob;
+        const int64_t row0 = int64_t(tile - prob * tiles_per_prob) * TR + group * kQ2RowsPerWarp;
+        const int64_t mat = ids ? int64_t(ids[prob]) : int64_t(prob);
+        const bool bad = mat < 0 || mat >= count;
+        if (x_prob != (x_stride ? prob : 0)) {  // this problem's 64 inputs and their sub-block sums
+            x_prob = x_stride ? prob : 0;
+            const float* xp = x + x_prob * x_stride + xoff;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float s = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    xv[j][i] = *reinterpret_cast<const float4*>(xp + 32 * j + 4 * i);
+                    s += xv[j][i].x + xv[j][i].y + xv[j][i].z + xv[j][i].w;
+                }
+                xsum[j] = s;
+            }
+        }
+        const uint8_t* wm = w + (bad ? 0 : size_t(mat) * matrix_bytes);
+#pragma unroll
+        for (int k0 = 0; k0 < kQ2RowsPerWarp; k0 += kQ2Hoist) {
+            uint32_t q[kQ2Hoist][4], s0[kQ2Hoist], s1[kQ2Hoist], dd[kQ2Hoist];
+#pragma unroll
+            for (int r = 0; r < kQ2Hoist; ++r) {
+                const int64_t row = row0 + k0 + r;
+                const bool live = !bad && row < rows;
+                const uint8_t* blk = wm + size_t(live ? row : 0) * row_bytes;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) q[r][i] = live ? *reinterpret_cast<const uint32_t*>(blk + qoff + 4 * i) : 0u;
+                s0[r] = live ? *reinterpret_cast<const uint32_t*>(blk + soff) : 0u;
+                s1[r] = live ? *reinterpret_cast<const uint32_t*>(blk + soff + 4) : 0u;
+                dd[r] = live ? *reinterpret_cast<const uint32_t*>(blk + doff) : 0u;
+            }
+#pragma unroll
+            for (int r = 0; r < kQ2Hoist; ++r) {
+                const float d = __half2float(__ushort_as_half(uint16_t(dd[r] & 0xffff)));
+                const float dmin = __half2float(__ushort_as_half(uint16_t(dd[r] >> 16)));
+                float acc = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const uint32_t sc = ((j < 2 ? s0[r] : s1[r]) >> (8 * (c + 2 * (j & 1)))) & 0xffu;
+                    const float a = __fmul_rn(d, small_u2f(sc & 15)), m = __fmul_rn(dmin, small_u2f(sc >> 4));
+                    float p = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const uint32_t qm = (q[r][i] >> (2 * j)) & 0x03030303u;
+                        p = fmaf(byte_u2f<0>(qm), xv[j][i].x, p);
+                        p = fmaf(byte_u2f<1>(qm), xv[j][i].y, p);
+                        p = fmaf(byte_u2f<2>(qm), xv[j][i].z, p);
+                        p = fmaf(byte_u2f<3>(qm), xv[j][i].w, p);
+                    }
+                    acc = fmaf(a, p, acc);
+                    acc = fmaf(-m, xsum[j], acc);
+                }
+                for (int off = 16; off; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+                if (lane == 0) red[warp][k0 + r] = acc;
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x < TR) {
+            const int g = threadIdx.x / kQ2RowsPerWarp, k = threadIdx.x % kQ2RowsPerWarp;
+            const int64_t row = int64_t(tile - prob * tiles_per_prob) * TR + threadIdx.x;
+            if (row < rows) {
+                float v = 0.0f;
+                for (int s = 0; s < S; ++s) v += red[g * S + s][k];
+                y[prob * y_stride + row] = bad ? __int_as_float(0x7fc00000) : v;
+            }
+        }
+        __syncthreads();  // red is rewritten by the next tile
+    }
+}
+
+// F32 rows (the router), one warp per row: 16-byte loads of the weight and of each token's x,
+// four in flight per lane. Needs 16-byte aligned rows and inputs (the caller checks).
+__global__ void __launch_bounds__(128) f32_matvec_kernel(const float* __restrict__ w, size_t matrix_floats,
+                                                         size_t row_floats, int64_t rows, int64_t cols, int64_t count,
+                                                         const int32_t* __restrict__ ids, MatvecArgs a) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = int64_t(blockIdx.x) * 4 + warp;
+    const int prob = blockIdx.y;
+    if (row >= rows) return;
+    const int64_t mat = ids ? int64_t(ids[prob]) : int64_t(prob);
+    const bool bad = mat < 0 || mat >= count;
+    float acc[kMaxMatvecTokens] = {};
+    if (!bad) {
+        const float4* wr = reinterpret_cast<const float4*>(w + size_t(mat) * matrix_floats + size_t(row) * row_floats);
+        const float* x = a.x + prob * a.x_stride;
+        const int64_t n4 = cols / 4;
+        int64_t k = lane;
+        for (; k + 96 < n4; k += 128) {
+            float4 wv[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) wv[u] = wr[k + 32 * u];
+#pragma unroll
+            for (int n = 0; n < kMaxMatvecTokens; ++n) {
+                if (n >= a.T) break;
+                const float4* xr = reinterpret_cast<const float4*>(x + n * a.ldx);
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const float4 xv = xr[k + 32 * u];
+                    acc[n] += wv[u].x * xv.x + wv[u].y * xv.y + wv[u].z * xv.z + wv[u].w * xv.w;
+                }
+            }
+        }
+        for (; k < n4; k += 32) {
+            const float4 wv = wr[k];
+#pragma unroll
+            for (int n = 0; n < kMaxMatvecTokens; ++n) {
+                if (n >= a.T) break;
+                const float4 xv = reinterpret_cast<const float4*>(x + n * a.ldx)[k];
+                acc[n] += wv.x * xv.x + wv.y * xv.y + wv.z * xv.z + wv.w * xv.w;
+            }
+        }
+    }
+    write_row(acc, a, prob, row, lane, bad);
+}
+
 // ---- host side ----
 
 int wtype(const DeviceMat& w) { return int(w.type); }
@@ -473,9 +639,38 @@ size_t packed_bytes(const DeviceMat& w, const MatvecArgs& a) {
     return scale_offset(w, a) + size_t(packed_rows(a)) * sizeof(float);
 }
 
+bool aligned(const void* p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
+
+void launch_q2k_t1(const DeviceMat& w, const MatvecArgs& a, cudaStream_t stream) {
+    const int nsb = int(w.cols / 256), S = nsb / 8, G = kQ2Warps / S;
+    const int64_t TR = int64_t(G) * kQ2RowsPerWarp;
+    const int64_t tiles_per_prob = (w.rows + TR - 1) / TR, tiles = tiles_per_prob * a.n;
+    // Two blocks per multiprocessor are resident (launch bounds); consecutive tiles of one block
+    // share the problem, so its inputs stay in registers.
+    const int64_t slots = 2 * int64_t(device_limits().sms);
+    const int64_t per_block = (tiles + slots - 1) / slots, blocks = (tiles + per_block - 1) / per_block;
+    if (tiles > INT32_MAX) fail("CUDA matvec: ", tiles, " Q2_K tiles");
+    q2k_matvec_t1_kernel<<<unsigned(blocks), kQ2Warps * 32, 0, stream>>>(
+        w.data, w.matrix_bytes(), w.row_bytes, w.rows, nsb, w.count, a.ids, a.x, a.x_stride, a.y, a.y_stride, a.n,
+        int(tiles_per_prob), int(per_block));
+    DSV4_LAUNCH_CHECK();
+}
+
+// How the tensor kernel splits its work: column blocks per split (the packed x of a split must
+// fit shared memory, and more splits are made when the tiles of all problems would leave
+// multiprocessors idle: a [1024, 4096] matrix has 32 tiles for 132 of them), blocks per problem.
+struct TcPlan {
+    int nsplit = 1, kbps = 0, xs_stride = 0, xs_bytes = 0, bpp = 0;
+    size_t smem = 0;
+};
+
 template <int TYPE>
-void launch_tc(const DeviceMat& w, const MatvecArgs& a, const void* ws, cudaStream_t stream, size_t x_smem_limit) {
-    using F = TcFmt<TYPE>;
+size_t tc_fixed_smem() {
+    return size_t(kStages) * kStageBytes<TYPE> + kRedBytes;
+}
+
+template <int TYPE>
+int tc_blocks_per_sm(size_t smem) {
     const DeviceLimits& lim = device_limits();
     static const bool attr_set = [&] {
         DSV4_CUDA_CHECK(cudaFuncSetAttribute(tc_matvec_kernel<TYPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -483,8 +678,17 @@ void launch_tc(const DeviceMat& w, const MatvecArgs& a, const void* ws, cudaStre
         return true;
     }();
     (void)attr_set;
+    int per_sm = 0;
+    DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tc_matvec_kernel<TYPE>, kThreads, smem));
+    if (per_sm < 1) fail("CUDA matvec: a block of ", smem, " bytes of shared memory does not fit a multiprocessor");
+    return per_sm;
+}
 
-    constexpr size_t fixed = size_t(kStages) * kStageBytes<TYPE> + kRedBytes;
+template <int TYPE>
+TcPlan plan_tc(const DeviceMat& w, const MatvecArgs& a, size_t x_smem_limit) {
+    using F = TcFmt<TYPE>;
+    const DeviceLimits& lim = device_limits();
+    const size_t fixed = tc_fixed_smem<TYPE>();
     if (lim.smem_optin < fixed + 256) fail("CUDA matvec: the device has ", lim.smem_optin, " bytes of shared memory per block");
     size_t budget = lim.smem_optin - fixed;
     if (x_smem_limit) budget = std::min(budget, x_smem_limit);
@@ -494,9 +698,50 @@ void launch_tc(const DeviceMat& w, const MatvecArgs& a, const void* ws, cudaStre
     const int64_t per_tok = (int64_t(budget) - 127) / a.T;
     const int64_t nbk_max = (per_tok - 64) / kXBlockBytes;
     if (nbk_max < 1) fail("CUDA matvec: no room in shared memory for the packed x (", budget, " bytes for ", a.T, " tokens)");
-    const int nsplit = int((nb + nbk_max - 1) / nbk_max);
-    const int kbps = (nb + nsplit - 1) / nsplit;
+    auto finish = [&](TcPlan& pl, int kbps) {
+        pl.kbps = kbps;
+        pl.nsplit = (nb + kbps - 1) / kbps;
+        pl.xs_stride = kbps * kXBlockBytes + 64;
+        pl.xs_bytes = (a.T * pl.xs_stride + 127) / 128 * 128;
+        pl.smem = size_t(pl.xs_bytes) + fixed;
+    };
+    TcPlan pl;
+    const int min_split = int((nb + nbk_max - 1) / nbk_max);
+    finish(pl, (nb + min_split - 1) / min_split);
+    const int64_t tiles = (w.rows + kTileRows - 1) / kTileRows;
+    const int stages = (nb + F::kScb - 1) / F::kScb;
+    if (stages > 1) {
+        const int64_t want = int64_t(tc_blocks_per_sm<TYPE>(pl.smem)) * lim.sms;
+        const int64_t have = tiles * a.n * pl.nsplit;
+        if (have < want) {
+            // Whole stages per split, at least one, as many splits as fill the idle slots.
+            const int64_t splits = std::min<int64_t>(stages, (want + tiles * a.n - 1) / (tiles * a.n));
+            const int kbps = int((stages + splits - 1) / splits) * F::kScb;
+            if (kbps < pl.kbps) finish(pl, kbps);
+        }
+    }
+    // Blocks per problem: enough to fill every resident slot, then evened out so that every
+    // block walks the same number of tiles (64 tiles over 44 blocks would leave half of them
+    // idle for the second half of the kernel; 32 blocks of 2 tiles finish together).
+    const int64_t want = int64_t(tc_blocks_per_sm<TYPE>(pl.smem)) * lim.sms;
+    const int64_t per_problem = std::max<int64_t>(1, want / (int64_t(a.n) * pl.nsplit));
+    const int64_t tiles_per_block = (tiles + per_problem - 1) / per_problem;
+    pl.bpp = int((tiles + tiles_per_block - 1) / tiles_per_block);
+    return pl;
+}
 
+// Workspace after the packed x: the splits' partial sums, when there is more than one split.
+size_t split_offset(const DeviceMat& w, const MatvecArgs& a) { return (packed_bytes(w, a) + 255) / 256 * 256; }
+size_t split_bytes(const TcPlan& pl, const DeviceMat& w, const MatvecArgs& a) {
+    return pl.nsplit > 1 ? size_t(pl.nsplit) * a.n * a.T * size_t(w.rows) * sizeof(float) : 0;
+}
+
+template <int TYPE>
+void launch_tc(const DeviceMat& w, const MatvecArgs& a, const void* ws, size_t ws_bytes, cudaStream_t stream,
+               size_t x_smem_limit) {
+    const TcPlan pl = plan_tc<TYPE>(w, a, x_smem_limit);
+    const size_t need = pl.nsplit > 1 ? split_offset(w, a) + split_bytes(pl, w, a) : packed_bytes(w, a);
+    if (ws_bytes < need) fail("CUDA matvec: workspace of ", ws_bytes, " bytes, ", need, " needed");
     TcParams p{};
     p.w = w.data;
     p.w_bytes = w.bytes();
@@ -513,34 +758,37 @@ void launch_tc(const DeviceMat& w, const MatvecArgs& a, const void* ws, cudaStre
     p.ldy = a.ldy;
     p.y_stride = a.y_stride;
     p.T = a.T;
-    p.nb = nb;
-    p.kb_per_split = kbps;
+    p.nb = int(w.cols / 32);
+    p.kb_per_split = pl.kbps;
     p.tiles = int((w.rows + kTileRows - 1) / kTileRows);
-    p.xs_stride = kbps * kXBlockBytes + 64;
-    p.xs_bytes = (a.T * p.xs_stride + 127) / 128 * 128;
-    p.atomic = nsplit > 1;
-    const size_t smem = size_t(p.xs_bytes) + fixed;
-
-    int per_sm = 0;
-    DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tc_matvec_kernel<TYPE>, kThreads, smem));
-    if (per_sm < 1) fail("CUDA matvec: a block of ", smem, " bytes of shared memory does not fit a multiprocessor");
-    // Blocks per problem: enough to fill every resident slot, then evened out so that every
-    // block walks the same number of tiles (64 tiles over 44 blocks would leave half of them
-    // idle for the second half of the kernel; 32 blocks of 2 tiles finish together).
-    const int64_t want = int64_t(per_sm) * lim.sms;
-    const int64_t per_problem = std::max<int64_t>(1, want / (int64_t(a.n) * nsplit));
-    const int64_t tiles_per_block = (p.tiles + per_problem - 1) / per_problem;
-    const int bpp = int((p.tiles + tiles_per_block - 1) / tiles_per_block);
-
-    if (p.atomic) {
+    p.xs_stride = pl.xs_stride;
+    p.xs_bytes = pl.xs_bytes;
+    p.partial = pl.nsplit > 1
+                    ? reinterpret_cast<float*>(static_cast<uint8_t*>(const_cast<void*>(ws)) + split_offset(w, a))
+                    : nullptr;
+    if (a.n > 65535 || pl.nsplit > 65535) fail("CUDA matvec: grid of ", a.n, " problems x ", pl.nsplit, " splits");
+    tc_matvec_kernel<TYPE><<<dim3(unsigned(pl.bpp), unsigned(a.n), unsigned(pl.nsplit)), kThreads, pl.smem, stream>>>(p);
+    DSV4_LAUNCH_CHECK();
+    if (p.partial) {
         const int64_t total = int64_t(a.n) * a.T * w.rows;
-        zero_outputs_kernel<<<unsigned(std::min<int64_t>((total + 255) / 256, 4096)), 256, 0, stream>>>(
-            a.y, a.ldy, a.y_stride, a.n, a.T, w.rows);
+        add_splits_kernel<<<unsigned(std::min<int64_t>((total + 255) / 256, 4096)), 256, 0, stream>>>(
+            p.partial, pl.nsplit, a.n, a.T, w.rows, a.y, a.ldy, a.y_stride);
         DSV4_LAUNCH_CHECK();
     }
-    if (a.n > 65535 || nsplit > 65535) fail("CUDA matvec: grid of ", a.n, " problems x ", nsplit, " splits");
-    tc_matvec_kernel<TYPE><<<dim3(unsigned(bpp), unsigned(a.n), unsigned(nsplit)), kThreads, smem, stream>>>(p);
-    DSV4_LAUNCH_CHECK();
+}
+
+// Workspace of the tensor path: the packed x, and the splits' partial sums when there are any.
+size_t tc_workspace_bytes(const DeviceMat& w, const MatvecArgs& a, size_t x_smem_limit) {
+    // At most 8 column blocks are one stage for every type, whose x always fits: never split
+    // (and no device query, so the argument checks run without a device).
+    if (w.cols / 32 <= 8) return packed_bytes(w, a);
+    TcPlan pl;
+    switch (int(w.type)) {
+        case kQ8_0: pl = plan_tc<kQ8_0>(w, a, x_smem_limit); break;
+        case kF16: pl = plan_tc<kF16>(w, a, x_smem_limit); break;
+        default: pl = plan_tc<kBF16>(w, a, x_smem_limit); break;
+    }
+    return pl.nsplit > 1 ? split_offset(w, a) + split_bytes(pl, w, a) : packed_bytes(w, a);
 }
 
 }  // namespace
@@ -569,7 +817,7 @@ bool use_tensor(const DeviceMat& w, MatvecOptions opt) {
 
 size_t matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a, MatvecOptions opt) {
     check_args(w, a);
-    return use_tensor(w, opt) ? packed_bytes(w, a) : 0;
+    return use_tensor(w, opt) ? tc_workspace_bytes(w, a, opt.x_smem_limit) : 0;
 }
 
 void pack_x(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t workspace_bytes, Stream stream) {
@@ -581,11 +829,11 @@ void pack_x(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t wor
     uint8_t* out = static_cast<uint8_t*>(workspace);
     float* scale = reinterpret_cast<float*>(out + scale_offset(w, a));
     const int nb = int(w.cols / 32);
-    const unsigned rows = unsigned(packed_rows(a));
+    const dim3 grid(unsigned(packed_rows(a)), unsigned((nb + kPackBlocks - 1) / kPackBlocks));
     if (int(w.type) == kBF16)
-        pack_x_kernel<true><<<rows, 256, 0, stream>>>(a.x, a.ldx, a.x_stride, a.T, nb, out, xrow_bytes(w), scale);
+        pack_x_kernel<true><<<grid, 256, 0, stream>>>(a.x, a.ldx, a.x_stride, a.T, nb, out, xrow_bytes(w), scale);
     else
-        pack_x_kernel<false><<<rows, 256, 0, stream>>>(a.x, a.ldx, a.x_stride, a.T, nb, out, xrow_bytes(w), scale);
+        pack_x_kernel<false><<<grid, 256, 0, stream>>>(a.x, a.ldx, a.x_stride, a.T, nb, out, xrow_bytes(w), scale);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -597,9 +845,9 @@ void matvec_packed(const DeviceMat& w, const MatvecArgs& a, const void* workspac
         fail("CUDA matvec: workspace of ", workspace_bytes, " bytes, ", packed_bytes(w, a),
              " needed, 16-byte aligned");
     switch (int(w.type)) {
-        case kQ8_0: launch_tc<kQ8_0>(w, a, workspace, stream, opt.x_smem_limit); break;
-        case kF16: launch_tc<kF16>(w, a, workspace, stream, opt.x_smem_limit); break;
-        case kBF16: launch_tc<kBF16>(w, a, workspace, stream, opt.x_smem_limit); break;
+        case kQ8_0: launch_tc<kQ8_0>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
+        case kF16: launch_tc<kF16>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
+        case kBF16: launch_tc<kBF16>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
     }
 }
 
@@ -613,10 +861,22 @@ void matvec(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t wor
     }
     if (a.n > 65535) fail("CUDA matvec: ", a.n, " problems");
     const dim3 grid(ceil_div(w.rows, 4), unsigned(a.n));
-    // Q2_K super-blocks are 84 bytes: the word loads need 4-byte aligned rows.
-    if (wtype(w) == kQ2_K && w.row_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(w.data) % 4 == 0) {
+    const bool dedicated = opt.path != MatvecPath::Simple;
+    const bool w4 = w.row_bytes % 4 == 0 && aligned(w.data, 4), w16 = w.row_bytes % 16 == 0 && aligned(w.data, 16);
+    const bool x16 = aligned(a.x, 16) && a.x_stride % 4 == 0 && (a.T == 1 || a.ldx % 4 == 0);
+    if (dedicated && wtype(w) == kQ2_K && a.T == 1 && x16 && w4 && (w.cols == 2048 || w.cols == 4096 || w.cols == 8192 || w.cols == 16384)) {
+        launch_q2k_t1(w, a, stream);
+        return;
+    }
+    if (dedicated && wtype(w) == kQ2_K && w4) {  // super-blocks are 84 bytes: word loads need 4-byte rows
         q2k_matvec_kernel<<<grid, 128, 0, stream>>>(w.data, w.matrix_bytes(), w.row_bytes, w.rows, w.cols, w.count,
                                                     a.ids, a);
+        DSV4_LAUNCH_CHECK();
+        return;
+    }
+    if (dedicated && wtype(w) == kF32 && w16 && x16 && w.cols % 4 == 0) {
+        f32_matvec_kernel<<<grid, 128, 0, stream>>>(reinterpret_cast<const float*>(w.data), w.matrix_bytes() / 4,
+                                                    w.row_bytes / 4, w.rows, w.cols, w.count, a.ids, a);
         DSV4_LAUNCH_CHECK();
         return;
     }

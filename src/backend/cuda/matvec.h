@@ -12,7 +12,12 @@
 //     BF16 weights use bf16 limbs. Q8_0's block scale multiplies each 32-column partial sum in
 //     float32, as the CPU reference does.
 //   Simple (every type, any whole blocks of cols): one warp per output row, float32 on the CUDA
-//     cores. The oracle for the tensor path, and the path for F32, MXFP4 and Q2_K weights.
+//     cores, each value read through load_elem. The oracle for every other path, and the path
+//     for MXFP4 weights.
+//   Dedicated CUDA-core kernels, taken by Auto (never by Simple): Q2_K at T = 1 with 2048, 4096,
+//     8192 or 16384 columns (a lane keeps 64 inputs in registers across rows and uses
+//     sum (a q - m) x = a sum q x - m sum x per sub-block), Q2_K otherwise (a lane decodes 8
+//     values of a super-block at once), F32 with 16-byte aligned rows and inputs (the router).
 // docs/PERFORMANCE.md has the design, the measured bandwidth and the receipts.
 #pragma once
 #include <cstddef>

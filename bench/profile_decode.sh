@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: where a decode step of the synthetic Flash spends its time.
+# Runs dsv4 bench under ncu (graphs off, caches not flushed, clocks not locked, so each kernel's
+# time is what it takes inside a real step, only serialised) and writes the per-kernel durations
+# ($OUT/profile_kernels.csv) and a summary of the last decode step grouped by kernel name
+# ($OUT/profile_step.txt, bench/profile_step.py). Binaries from $BIN; run from the repo root.
+#   BIN=DIR OUT=DIR [LAYERS=8] [PROMPT=2048] bash bench/profile_decode.sh
+set -uo pipefail
+: "${BIN:?}" "${OUT:?}"
+export DSV4_CUDA_GRAPHS=0
+layers=${LAYERS:-8}
+prompt=${PROMPT:-2048}
+ncu --clock-control none --cache-control none --csv --metrics gpu__time_duration.sum \
+    --log-file "$OUT/profile_kernels.csv" \
+    "$BIN/dsv4" bench --synthetic flash --layers "$layers" --prompt "$prompt" --gen 3 --repeats 1 \
+    --json "$OUT/profile_bench.json" > "$OUT/profile_log.txt" 2>&1
+echo "ncu rc=$?" >> "$OUT/profile_log.txt"
+python3 bench/profile_step.py "$OUT/profile_kernels.csv" > "$OUT/profile_step.txt" 2>&1
+cat "$OUT/profile_step.txt" | head -60
