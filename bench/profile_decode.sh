@@ -4,7 +4,7 @@
 # time is what it takes inside a real step, only serialised) and writes the per-kernel durations
 # ($OUT/profile_kernels.csv) and a summary of the last decode step grouped by kernel name
 # ($OUT/profile_step.txt, bench/profile_step.py). Binaries from $BIN; run from the repo root.
-#   BIN=DIR OUT=DIR [LAYERS=8] [PROMPT=2048] bash bench/profile_decode.sh
+#   BIN=DIR OUT=DIR [LAYERS=8] [PROMPT=2048] [DETAIL=kernel-regex] bash bench/profile_decode.sh
 set -uo pipefail
 : "${BIN:?}" "${OUT:?}"
 export DSV4_CUDA_GRAPHS=0
@@ -17,3 +17,14 @@ ncu --clock-control none --cache-control none --csv --metrics gpu__time_duration
 echo "ncu rc=$?" >> "$OUT/profile_log.txt"
 python3 bench/profile_step.py "$OUT/profile_kernels.csv" > "$OUT/profile_step.txt" 2>&1
 cat "$OUT/profile_step.txt" | head -60
+# The PyTorch baseline of the attention and MoE layers at the same context, in the same call.
+python3 bench/torch_layers.py "$OUT/torch_layers.json" "$prompt" > "$OUT/torch_layers.txt" 2>&1
+cat "$OUT/torch_layers.txt"
+# Optional: ncu's detailed sections for the first decode calls of one kernel (DETAIL=regex).
+if [ -n "${DETAIL:-}" ]; then
+    ncu --clock-control none --kernel-name "regex:${DETAIL}" --launch-count "${DETAIL_COUNT:-6}" \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+        --section LaunchStats --section SchedulerStats \
+        "$BIN/dsv4" bench --synthetic flash --layers 2 --prompt 64 --gen 2 --repeats 1 > "$OUT/detail.txt" 2>&1
+    echo "detail rc=$?"
+fi

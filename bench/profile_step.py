@@ -20,6 +20,7 @@ def main(path):
         us = v / 1000.0 if unit.startswith("n") else v if unit.startswith("u") else v * 1000.0
         name = re.sub(r"\(.*", "", r["Kernel Name"]).strip()
         name = re.sub(r"^void ", "", name)
+        name = re.sub(r"^((\w+|<unnamed>|\(anonymous namespace\))::)+", "", name)
         rows.append((int(r["ID"]), name, us))
     rows.sort()
     starts = [i for i, (_, n, _) in enumerate(rows) if "embed" in n]
@@ -33,9 +34,36 @@ def main(path):
         by[n][0] += 1
         by[n][1] += us
     print(f"decode step: {len(step)} kernels, {total:.1f} us of kernel time")
-    print(f"{'kernel':60s} {'count':>6s} {'us':>10s} {'share':>7s} {'us/call':>9s}")
-    for n, (c, us) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-        print(f"{n[:60]:60s} {c:6d} {us:10.1f} {100 * us / total:6.1f}% {us / c:9.2f}")
+    # Sub-layers: each layer runs [hc_pre, RMSNorm, attention, hc_post] then [hc_pre, RMSNorm,
+    # MoE, hc_post]; the head follows the last hc_post. The hyper-connection part of a sub-layer
+    # (its hc kernels and the RMSNorm right after them) is counted apart, so that "attention" and
+    # "moe" hold what bench/torch_layers.py times. A CSA layer's attention runs the indexer.
+    sums = defaultdict(lambda: [0, 0.0])
+    segments, cur = [], []
+    for _, n, us in step:
+        cur.append((n, us))
+        if n.startswith("hc_post"):
+            segments.append(cur)
+            cur = []
+    for i, seg in enumerate(segments):
+        kind = "attention" if i % 2 == 0 else "moe"
+        if kind == "attention" and any("indexer" in n for n, _ in seg):
+            kind = "attention_csa"
+        hc, rest, norm_taken = 0.0, 0.0, False
+        for j, (n, us) in enumerate(seg):
+            if n.startswith("hc_") or (not norm_taken and "rmsnorm" in n and j > 0 and seg[j - 1][0].startswith("hc_")):
+                norm_taken = norm_taken or "rmsnorm" in n
+                hc += us
+            elif not n.startswith("embed"):
+                rest += us
+        sums[kind][0] += 1
+        sums[kind][1] += rest
+        sums["hyper_connections"][0] += 2
+        sums["hyper_connections"][1] += hc
+    sums["head"] = [1, sum(us for _, us in cur)]
+    print(f"{'part':18s} {'count':>6s} {'us':>10s} {'us/each':>9s}")
+    for n, (c, us) in sorted(sums.items(), key=lambda kv: -kv[1][1]):
+        print(f"{n:18s} {c:6d} {us:10.1f} {us / max(c, 1):9.2f}")
     return 0
 
 
