@@ -3,8 +3,9 @@
 // MoE pieces against what cpu::moe does (group the (token, slot) pairs by expert, add each
 // token's weighted expert outputs in ascending expert order, then the shared expert). Random
 // inputs of model-like shapes (D in {64, 256, 4096}, n = 4 streams, 20 Sinkhorn iterations,
-// T in {1, 3, 64, 300}, E in {8, 256}, k in {2, 6}); outputs poisoned (NaN) before each call, so
-// that an unwritten element fails.
+// T in {1, 3, 64, 300}, E in {8, 256}, k in {2, 6}), and decode steps (T = 1, 2, 8 at D = 4096,
+// which take their own kernels, with bitwise repeatability checks); outputs poisoned (NaN) before
+// each call, so that an unwritten element fails.
 //
 // Tolerances (per element; NaN always fails):
 //   bitwise: embed_streams, hc_post, add_to_streams, moe_group (offsets, order, expert_of,
@@ -156,6 +157,39 @@ TEST(CudaOps, RmsnormMatchesCpu) {
             }
 }
 
+void check_rmsnorm(int64_t T, int64_t n, bool weighted, int64_t offset = 0) {
+    SCOPED_TRACE("rmsnorm n=" + std::to_string(n) + " T=" + std::to_string(T) + (weighted ? " weighted" : "") +
+                 " offset=" + std::to_string(offset));
+    std::vector<float> x = randn(size_t(T * n));
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < n; ++i) x[size_t(t * n + i)] *= std::pow(10.0f, float(t % 5) - 2.0f);
+    const std::vector<float> w = randn(size_t(n));
+    std::vector<float> ref = x;
+    cpu::rmsnorm(ref.data(), T, n, weighted ? w.data() : nullptr, 1e-6f);
+    // offset floats in front of the rows (offset 1: not 16-byte aligned, the scalar kernel)
+    cuda::DeviceBuffer dx(size_t(T * n + offset) * 4), dw = to_device(w);
+    dx.upload(x.data(), x.size() * 4, size_t(offset) * 4);
+    cuda::rmsnorm(dx.as<float>() + offset, T, n, weighted ? dw.as<const float>() : nullptr, 1e-6f);
+    cuda::synchronize();
+    std::vector<float> got(x.size());
+    dx.download(got.data(), got.size() * 4, size_t(offset) * 4);
+    expect_close(got, ref, 1e-6, 0, "rmsnorm");
+}
+
+TEST(CudaOps, RmsnormDecodeShapes) {
+    REQUIRE_DEVICE();
+    // The one-pass float4 kernel with 1, 2, 4 and 8 float4 per thread (n = 4096, 7168, 16384,
+    // 30000), and the scalar kernel for widths it does not take (67: not a multiple of 4; 40000:
+    // more than 8 float4 per thread of 1024) and for rows that are not 16-byte aligned.
+    for (int64_t T : {int64_t(1), int64_t(2), int64_t(8)})
+        for (bool weighted : {false, true}) {
+            for (int64_t n : {int64_t(4096), int64_t(7168), int64_t(16384), int64_t(30000), int64_t(67), int64_t(40000)})
+                check_rmsnorm(T, n, weighted);
+            check_rmsnorm(T, 4096, weighted, 1);
+        }
+    check_rmsnorm(64, 512, true);  // per-head q norms of a decode step
+}
+
 // ---- embed_streams --------------------------------------------------------------------------
 
 void check_embed(TensorType type, int64_t D, int64_t T) {
@@ -281,8 +315,9 @@ TEST(CudaOps, HcPreMatchesCpu) {
 TEST(CudaOps, HcPreIsDeterministic) {
     REQUIRE_DEVICE();
     // One token is split over a cluster of blocks whose partial sums are exchanged; two runs
-    // must agree bit for bit (a race would show up as a difference). Many tokens: one block each.
-    for (int64_t T : {int64_t(1), int64_t(2000)}) {
+    // must agree bit for bit (a race would show up as a difference). T <= 8: the decode kernel
+    // (16 blocks per token); many tokens: one block each. hc_head likewise.
+    for (int64_t T : {int64_t(1), int64_t(2), int64_t(8), int64_t(2000)}) {
         SCOPED_TRACE("T=" + std::to_string(T));
         const dsv4::ModelConfig c = hc_config(4096);
         const cuda::HcShape s = hc_shape(c);
@@ -305,6 +340,19 @@ TEST(CudaOps, HcPreIsDeterministic) {
         }
         expect_bitwise(out[1], out[0], "second run");
         for (float v : out[0]) ASSERT_TRUE(std::isfinite(v));
+
+        HostMat hfn = make_mat(TensorType::F32, 4, 4 * 4096, 1.0f / 128.0f);
+        cuda::DeviceWeight dhfn = cuda::upload(hfn.mat);
+        std::vector<float> head[2];
+        for (auto& o : head) {
+            cuda::DeviceBuffer dy = poisoned(size_t(T) * 4096 * 4);
+            cuda::hc_head(s, dhfn.mat, db.as<const float>(), ds.as<const float>(), dX.as<const float>(), T,
+                          dy.as<float>());
+            cuda::synchronize();
+            o = from_device<float>(dy, size_t(T) * 4096);
+        }
+        expect_bitwise(head[1], head[0], "hc_head second run");
+        for (float v : head[0]) ASSERT_TRUE(std::isfinite(v));
     }
 }
 
@@ -364,6 +412,26 @@ TEST(CudaOps, HcPreOtherStreamCounts) {
             check_hc_pre(TensorType::F32, 256, T, n);
             check_hc_head(TensorType::F32, 256, T, n);
         }
+}
+
+TEST(CudaOps, HcDecodeShapes) {
+    REQUIRE_DEVICE();
+    // T <= 8 takes the decode kernel (16 blocks per token, one pass): Flash's n = 4, D = 4096 at
+    // T = 1, 2, 8, and T = 9 (the other kernel) beside it; D = 65 (no float4 path).
+    for (int64_t T : {int64_t(1), int64_t(2), int64_t(8), int64_t(9)}) {
+        check_hc_pre(TensorType::F32, 4096, T);
+        check_hc_head(TensorType::F32, 4096, T);
+    }
+    for (TensorType type : {TensorType::BF16, TensorType::Q8_0})
+        for (int64_t T : {int64_t(2), int64_t(8)}) {
+            check_hc_pre(type, 4096, T);
+            check_hc_head(type, 4096, T);
+        }
+    for (int64_t T : {int64_t(1), int64_t(2), int64_t(8)}) {
+        check_hc_pre(TensorType::F32, 65, T);
+        check_hc_head(TensorType::F32, 65, T);
+        check_hc_pre(TensorType::F32, 256, T, 8);  // 80 mix rows: four passes, one-thread gates
+    }
 }
 
 TEST(CudaOps, AddToStreamsMatchesBitwise) {
@@ -599,6 +667,47 @@ TEST(CudaOps, MoeGroupGatherCombineMatchCpuOrder) {
     check_moe(256, 8, 2048, 64, IdKind::Distinct);
     check_moe(256, 8, 1, 4096, IdKind::Distinct);
     check_moe(8, 8, 2048, 64, IdKind::WithRepeats);
+    // Decode steps of Flash's shape (k = 6, D = 4096), and an odd width (the scalar path).
+    for (int64_t T : {int64_t(1), int64_t(2), int64_t(8)}) {
+        check_moe(256, 6, T, 4096, IdKind::Distinct);
+        check_moe(8, 6, T, 4096, IdKind::WithRepeats);
+        check_moe(256, 6, T, 4095, IdKind::Distinct);
+    }
+}
+
+TEST(CudaOps, DecodeOpsAreRepeatable) {
+    REQUIRE_DEVICE();
+    // rmsnorm and moe_combine at decode shapes, run twice on the same inputs: bitwise equal.
+    const int64_t D = 4096;
+    const int k = 6;
+    for (int64_t T : {int64_t(1), int64_t(2), int64_t(8)}) {
+        SCOPED_TRACE("T=" + std::to_string(T));
+        const std::vector<float> x = randn(size_t(T * D)), w = randn(size_t(D));
+        cuda::DeviceBuffer dw = to_device(w);
+        std::vector<float> norm[2];
+        for (auto& o : norm) {
+            cuda::DeviceBuffer dx = to_device(x);
+            cuda::rmsnorm(dx.as<float>(), T, D, dw.as<const float>(), 1e-6f);
+            cuda::synchronize();
+            o = from_device<float>(dx, x.size());
+        }
+        expect_bitwise(norm[1], norm[0], "rmsnorm second run");
+
+        const std::vector<int32_t> ids = make_ids(T, k, 256, IdKind::Distinct);
+        const Grouping g = host_group(ids, 256);
+        const std::vector<float> ys = randn(size_t(T * k * D)), wts = randn(size_t(T * k)), sh = randn(size_t(T * D));
+        cuda::DeviceBuffer dids = to_device(ids), dpos = to_device(g.slot_pos), dys = to_device(ys),
+                           dwts = to_device(wts), dsh = to_device(sh);
+        std::vector<float> comb[2];
+        for (auto& o : comb) {
+            cuda::DeviceBuffer dout = poisoned(size_t(T * D) * 4);
+            cuda::moe_combine(dys.as<const float>(), dids.as<const int32_t>(), dwts.as<const float>(),
+                              dpos.as<const int32_t>(), T, k, D, dsh.as<const float>(), dout.as<float>());
+            cuda::synchronize();
+            o = from_device<float>(dout, size_t(T * D));
+        }
+        expect_bitwise(comb[1], comb[0], "moe_combine second run");
+    }
 }
 
 TEST(CudaOps, MoeGroupLeavesOutInvalidIds) {

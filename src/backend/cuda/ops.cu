@@ -10,17 +10,23 @@
 //   * RMS scales accumulate x² in double and compute 1 / sqrt(float(ss / n) + eps) in float, as
 //     cpu::rms_scale; only the order of the double sum differs.
 //   * Only the dot products of the hyper-connection mixes (fn · normalised row) are summed in
-//     another order (per-thread fused multiply-adds, then fixed-order tree and block sums).
+//     another order (per-thread fused multiply-adds, then fixed-order tree and block sums); the
+//     decode kernel (hc_small_kernel) also applies the RMS scale to the sum rather than to each
+//     element (one pass over X instead of two).
 // Every reduction has a fixed order, so every op is deterministic run to run.
 //
 // Kernels:
-//   rmsnorm         one block per row: double sum of squares (warp shuffles, then warps in order).
+//   rmsnorm         one block per row: double sum of squares (warp shuffles, then warps in order);
+//                   rows of a multiple of 4 floats (aligned, up to 32K) in one pass held in
+//                   registers as float4, up to 1024 threads (a decode step's row in one wave of loads).
 //   embed_streams   one block per token: load_elem of the stored row, written to every stream.
-//   hc_pre/hc_head  one cluster of 1..8 blocks per token (8 for a decode step, 1 for a long band),
-//                   fused: RMS sum, the (2+n)*n (or n) fn dot products over n*D columns, partial
-//                   sums exchanged through distributed shared memory in rank order; the gates by
-//                   one warp (n*n <= 32: lane per comb entry, shuffles in the CPU's order) or one
-//                   thread; then y = sum_j pre_j X_j over each block's share of D.
+//   hc_pre/hc_head  one cluster of blocks per token, fused: RMS sum, the (2+n)*n (or n) fn dot
+//                   products over n*D columns, partial sums exchanged through distributed shared
+//                   memory in rank order; the gates by one warp (n*n <= 32: lane per comb entry,
+//                   shuffles in the CPU's order) or one thread; then y = sum_j pre_j X_j over each
+//                   block's share of D. T <= 8 (decode): hc_small_kernel, 16 blocks per token
+//                   (8 where 16 cannot be scheduled), one wave of float4 loads, the Sinkhorn beside
+//                   y; more tokens: hc_kernel, 8 down to 1 block per token.
 //   hc_post         a thread per (token, column): the n old stream values in registers.
 //   swiglu, add_to_streams   grid-stride elementwise.
 //   route           a warp per token: scores/keys in shared memory, k rounds of a warp arg-max
@@ -28,7 +34,8 @@
 //   moe_group       one block of 1024 threads: shared counters, scan, then a stable placement in
 //                   chunks of 1024 pairs (__match_any_sync ranks within a warp, per-warp counts).
 //   gather_rows     a block per sorted pair (float4 copies where aligned).
-//   moe_combine     a block per token: its k slots sorted by (expert, slot), then added in order.
+//   moe_combine     a block per (token, 512 columns): its k slots ranked by (expert, slot), then
+//                   added in that order (float4 where aligned, every row's load in flight at once).
 #include "backend/cuda/ops.h"
 
 #include <cooperative_groups.h>
@@ -36,6 +43,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/quant.h"
 #include "backend/cuda/common.cuh"
@@ -52,8 +61,11 @@ constexpr int kMaxTopK = 16;                         // experts per token (route
 constexpr int kMaxExperts = 1024;                    // route keeps 32 experts per lane; moe_group's shared counters
 constexpr int kHcThreads = 256, kHcWarps = kHcThreads / 32;
 constexpr int kHcMaxCluster = 8;                     // blocks per token of hc_pre / hc_head
+constexpr int kGateWarpMaxN = 5;                    // hc gates by one warp: n*n <= 32 comb entries
 constexpr int kRouteWarps = 4;
 constexpr int kGroupThreads = 1024, kGroupWarps = kGroupThreads / 32;
+constexpr int kNormMaxThreads = 1024;                // rmsnorm_vec_kernel
+constexpr int kCombineThreads = 128;                 // moe_combine: columns per block, x 4 with float4
 
 // ---- scalar helpers, as the CPU reference computes them ------------------------------------
 
@@ -106,6 +118,46 @@ __global__ void __launch_bounds__(256) rmsnorm_kernel(float* x, int64_t n, const
         for (int64_t i = threadIdx.x; i < n; i += blockDim.x) r[i] = __fmul_rn(weight[i], __fmul_rn(r[i], s));
     } else {
         for (int64_t i = threadIdx.x; i < n; i += blockDim.x) r[i] = __fmul_rn(r[i], s);
+    }
+}
+
+// The same for rows of n = 4 * n4 floats, 16-byte aligned, n4 <= V * blockDim.x: one pass, the
+// row (and its weights, loaded before the reduction so that both loads are in flight at once)
+// held in registers as V float4 per thread. At T = 1 the whole row is one wave of loads, where
+// the loop above waits for n / 256 of them in turn.
+template <int V>
+__global__ void __launch_bounds__(kNormMaxThreads) rmsnorm_vec_kernel(float* x, int n4, const float* weight,
+                                                                      float eps) {
+    __shared__ double red[kNormMaxThreads / 32];
+    float4* r = reinterpret_cast<float4*>(x) + int64_t(blockIdx.x) * n4;
+    const float4* w4 = reinterpret_cast<const float4*>(weight);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    float4 v[V], w[V];
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        v[k] = i < n4 ? r[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        w[k] = weight && i < n4 ? w4[i] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        // Each product is exact in double, so a contracted fma rounds the same.
+        ss += double(v[k].x) * v[k].x;
+        ss += double(v[k].y) * v[k].y;
+        ss += double(v[k].z) * v[k].z;
+        ss += double(v[k].w) * v[k].w;
+    }
+    // Fixed-order block sum: warp butterflies, then every warp adds the warps' sums with the same
+    // butterfly, so every thread gets the same value without a second barrier.
+    ss = warp_sum(ss);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    const float s = rms_from_ss(warp_sum(lane < warps ? red[lane] : 0.0), int64_t(n4) * 4, eps);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i >= n4) break;
+        float4 o = make_float4(__fmul_rn(v[k].x, s), __fmul_rn(v[k].y, s), __fmul_rn(v[k].z, s), __fmul_rn(v[k].w, s));
+        if (weight) o = make_float4(__fmul_rn(w[k].x, o.x), __fmul_rn(w[k].y, o.y), __fmul_rn(w[k].z, o.z), __fmul_rn(w[k].w, o.w));
+        r[i] = o;
     }
 }
 
@@ -197,28 +249,41 @@ __device__ void hc_pre_gates_warp(const float* m, const float* base, const float
     }
     const bool own = lane < n * n;
     const int j = lane / n, k = lane % n;  // lanes past n*n compute garbage that nobody reads
+    // Row or column sums (and the row max) over n <= kGateWarpMaxN entries, in the CPU's order
+    // (0 + C[.][0] + C[.][1] + ...). Unrolled to kGateWarpMaxN with selects past n: in a loop to
+    // the runtime n each shuffle would wait for the previous addition (most of the Sinkhorn's time).
+    auto row_sum = [&](float val) {
+        float s = 0;
+#pragma unroll
+        for (int q = 0; q < kGateWarpMaxN; ++q) {
+            const float r = __shfl_sync(full, val, j * n + (q < n ? q : 0));
+            s = q < n ? __fadd_rn(s, r) : s;
+        }
+        return s;
+    };
+    auto column_sum = [&](float val) {
+        float s = 0;
+#pragma unroll
+        for (int q = 0; q < kGateWarpMaxN; ++q) {
+            const float r = __shfl_sync(full, val, (q < n ? q : 0) * n + k);
+            s = q < n ? __fadd_rn(s, r) : s;
+        }
+        return s;
+    };
     float v = own ? __fadd_rn(__fmul_rn(m[2 * n + lane], sc[2]), base[2 * n + lane]) : 0.0f;
     // row softmax
     float mx = -INFINITY;
-    for (int q = 0; q < n; ++q) {
-        const float r = __shfl_sync(full, v, j * n + q);
-        mx = mx < r ? r : mx;
+#pragma unroll
+    for (int q = 0; q < kGateWarpMaxN; ++q) {
+        const float r = __shfl_sync(full, v, j * n + (q < n ? q : 0));
+        mx = q < n && mx < r ? r : mx;
     }
     v = exp_ref(__fsub_rn(v, mx));
-    float sum = 0;
-    for (int q = 0; q < n; ++q) sum = __fadd_rn(sum, __shfl_sync(full, v, j * n + q));
-    v = __fadd_rn(__fdiv_rn(v, sum), eps);
-    auto normalise_columns = [&] {
-        float s = 0;
-        for (int q = 0; q < n; ++q) s = __fadd_rn(s, __shfl_sync(full, v, q * n + k));
-        v = __fdiv_rn(v, __fadd_rn(s, eps));
-    };
-    normalise_columns();
+    v = __fadd_rn(__fdiv_rn(v, row_sum(v)), eps);
+    v = __fdiv_rn(v, __fadd_rn(column_sum(v), eps));
     for (int it = 1; it < iters; ++it) {
-        float s = 0;
-        for (int q = 0; q < n; ++q) s = __fadd_rn(s, __shfl_sync(full, v, j * n + q));
-        v = __fdiv_rn(v, __fadd_rn(s, eps));
-        normalise_columns();
+        v = __fdiv_rn(v, __fadd_rn(row_sum(v), eps));
+        v = __fdiv_rn(v, __fadd_rn(column_sum(v), eps));
     }
     if (own) comb[lane] = v;
 }
@@ -378,6 +443,258 @@ void launch_hc(const char* op, const DeviceMat& fn, const HcArgs& a, int64_t T, 
             DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, hc_kernel<TYPE, 8, HEAD>, a));
         } else if constexpr (!HEAD) {
             DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, hc_kernel<TYPE, 24, HEAD>, a));
+        }
+    });
+    DSV4_LAUNCH_CHECK();
+}
+
+// ---- hc_pre / hc_head for a decode step --------------------------------------------------------
+
+constexpr int kHcSmallMaxT = 8;        // tokens up to which hc_pre / hc_head take hc_small_kernel
+constexpr int kHcSmallMaxCluster = 16;
+
+// A decode step (T <= kHcSmallMaxT): one cluster of C = 16 blocks per token (8 where the device
+// cannot schedule 16), so that the mix rows are streamed by 16 multiprocessors per token instead of
+// 8 (and by one wave of loads: with n*D = 16384, each thread takes 4 columns of every one of the 24
+// rows at once). Unlike hc_kernel it makes a single pass over X: the dot products are taken with the
+// raw X and multiplied by the RMS scale once summed (sum_i f_i (x_i s) and s sum_i f_i x_i differ by
+// the rounding of the x_i s, far below that of the sum's order); the sums of squares are taken in
+// the same pass. Partial sums go through distributed shared memory, added in rank order, so the
+// result does not depend on timing. Every block then computes pre and writes its share of y; the
+// Sinkhorn (post and comb, the longest serial part) runs on warp 0 of rank 0 meanwhile, which takes
+// no share of y. VEC: X and y rows are float4-aligned (D % 4 == 0), and for F32 the fn rows too.
+template <int TYPE, int G, bool HEAD, bool VEC>
+__global__ void __launch_bounds__(kHcThreads) hc_small_kernel(const HcArgs a) {
+    __shared__ double s_red_d[kHcWarps];
+    __shared__ double s_ss;            // this block's partial sum of squares
+    __shared__ float s_red[G * kHcWarps];
+    __shared__ float s_part[kMaxMix];  // this block's partial (unscaled) mix sums
+    __shared__ float s_mix[kMaxMix], s_base[kMaxMix], s_sc[3];
+    __shared__ float s_pre[kMaxHc], s_pre_gates[kMaxHc], s_post[kMaxHc], s_comb[kMaxHc * kMaxHc];
+
+    cg::cluster_group cluster = cg::this_cluster();
+    const unsigned C = cluster.num_blocks(), rank = cluster.block_rank();
+    const int64_t t = int64_t(blockIdx.x / C);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int n = a.n, rows = a.rows;
+    const int64_t D = a.D, nD = int64_t(n) * D;
+    const float* x = a.X + t * nD;
+    constexpr bool kVecFn = VEC && TYPE == kF32;
+
+    if (tid < rows) s_base[tid] = a.base[tid];  // read after the barriers below
+    if (tid < (HEAD ? 1 : 3)) s_sc[tid] = a.scale[tid];
+
+    // This block's columns, a multiple of 4 wide: a thread's 4-column group never straddles two blocks.
+    const int64_t cchunk = ((nD + C - 1) / C + 3) / 4 * 4;
+    const int64_t c0 = min64(nD, rank * cchunk), c1 = min64(nD, c0 + cchunk);
+
+    // 1. Partial sums of squares and of the mix dot products over [c0, c1), G rows per pass.
+    for (int r0 = 0; r0 < rows; r0 += G) {
+        float acc[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) acc[g] = 0.0f;
+        double ss = 0;
+        for (int64_t i = c0 + 4 * tid; i < c1; i += 4 * kHcThreads) {
+            // No branch guards a load (a guarded load is issued only after the previous one's
+            // value arrived): out-of-range indices are clamped and their values replaced by 0
+            // after the load; rows past the last one load the last row, their sums are dropped.
+            float xv[4];
+            if constexpr (VEC) {
+                const float4 v = *reinterpret_cast<const float4*>(x + i);
+                xv[0] = v.x, xv[1] = v.y, xv[2] = v.z, xv[3] = v.w;
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float v = x[min64(i + e, c1 - 1)];
+                    xv[e] = i + e < c1 ? v : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) ss += double(xv[e]) * xv[e];  // exact products (as hc_kernel)
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const int r = r0 + g < rows ? r0 + g : rows - 1;
+                const uint8_t* row = a.fn + size_t(r) * a.fn_row_bytes;
+                float w[4];
+                if constexpr (kVecFn) {
+                    const float4 v = __ldg(reinterpret_cast<const float4*>(row) + i / 4);
+                    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float v = load_elem<TYPE>(row, min64(i + e, c1 - 1));
+                        w[e] = i + e < c1 ? v : 0.0f;
+                    }
+                }
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[g] = fmaf(w[e], xv[e], acc[g]);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const float v = warp_sum(acc[g]);
+            if (lane == 0) s_red[g * kHcWarps + warp] = v;
+        }
+        if (r0 == 0) {
+            ss = warp_sum(ss);
+            if (lane == 0) s_red_d[warp] = ss;
+        }
+        __syncthreads();
+        if (tid < G && r0 + tid < rows) {
+            float v = 0;
+            for (int w = 0; w < kHcWarps; ++w) v = __fadd_rn(v, s_red[tid * kHcWarps + w]);
+            s_part[r0 + tid] = v;
+        }
+        if (r0 == 0 && tid == kHcThreads - 1) {
+            double v = 0;
+            for (int w = 0; w < kHcWarps; ++w) v += s_red_d[w];
+            s_ss = v;
+        }
+        __syncthreads();  // s_red is reused by the next pass
+    }
+    cluster.sync();  // every block's partials are written
+
+    // 2. The whole mix, in every block: the C partials loaded together (remote loads are slow one
+    // at a time), then added in rank order, then scaled.
+    if (tid < rows) {
+        double pss[kHcSmallMaxCluster];
+        float pm[kHcSmallMaxCluster];
+#pragma unroll
+        for (int q = 0; q < kHcSmallMaxCluster; ++q) {
+            const unsigned qq = q < int(C) ? unsigned(q) : C - 1;  // unguarded loads, as above
+            pss[q] = *cluster.map_shared_rank(&s_ss, qq);
+            pm[q] = *cluster.map_shared_rank(&s_part[tid], qq);
+        }
+        double tot = 0;
+        float v = 0;
+#pragma unroll
+        for (int q = 0; q < kHcSmallMaxCluster; ++q) {
+            tot = q < int(C) ? tot + pss[q] : tot;
+            v = q < int(C) ? __fadd_rn(v, pm[q]) : v;
+        }
+        s_mix[tid] = __fmul_rn(v, rms_from_ss(tot, nD, a.norm_eps));
+    }
+    // Done reading the other blocks' shared memory; each block waits (at its end) until every
+    // block has arrived before it exits and its shared memory goes.
+    auto token = cluster.barrier_arrive();
+    __syncthreads();
+
+    // 3. pre (every block), as hc_pre_gates_*: sigmoid(mix[j]*scale[0] + base[j]) + eps.
+    if (tid < n) s_pre[tid] = __fadd_rn(sigmoid_ref(__fadd_rn(__fmul_rn(s_mix[tid], s_sc[0]), s_base[tid])), a.hc_eps);
+    __syncthreads();
+
+    // 4. y[t, i] = sum_j pre[j] X[t, j, i] over this block's share of D; post and comb by warp 0
+    // of rank 0 (which recomputes pre into its own array, bit for bit the same values).
+    const bool gate_warp = !HEAD && rank == 0 && warp == 0;
+    if (gate_warp) {
+        if (n * n <= 32) {
+            hc_pre_gates_warp(s_mix, s_base, s_sc, n, a.iters, a.hc_eps, s_pre_gates, s_post, s_comb);
+        } else if (lane == 0) {
+            hc_pre_gates_serial(s_mix, s_base, s_sc, n, a.iters, a.hc_eps, s_pre_gates, s_post, s_comb);
+        }
+        __syncwarp();
+        if (lane < n) a.post[t * n + lane] = s_post[lane];
+        for (int q = lane; q < n * n; q += 32) a.comb[t * n * n + q] = s_comb[q];
+    } else {
+        const int skip = !HEAD && rank == 0 ? 32 : 0;  // rank 0's warp 0 is the gate warp
+        const int yt = tid - skip, ystride = kHcThreads - skip;
+        const int64_t dchunk = ((D + C - 1) / C + 3) / 4 * 4;
+        const int64_t d0 = min64(D, rank * dchunk), d1 = min64(D, d0 + dchunk);
+        float* out = a.y + t * D;
+        if constexpr (VEC) {
+            for (int64_t i = d0 + 4 * yt; i < d1; i += 4 * ystride) {
+                float4 v[kMaxHc];
+#pragma unroll
+                for (int j = 0; j < kMaxHc; ++j)  // streams past n load the last one (unguarded loads)
+                    v[j] = *reinterpret_cast<const float4*>(x + (j < n ? j : n - 1) * D + i);
+                float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+                for (int j = 0; j < kMaxHc; ++j) {  // selects, not an early exit (it would sink the loads)
+                    const float p = s_pre[j < n ? j : n - 1];
+                    const float4 sum = make_float4(__fadd_rn(acc.x, __fmul_rn(p, v[j].x)), __fadd_rn(acc.y, __fmul_rn(p, v[j].y)),
+                                                   __fadd_rn(acc.z, __fmul_rn(p, v[j].z)), __fadd_rn(acc.w, __fmul_rn(p, v[j].w)));
+                    acc = j < n ? sum : acc;
+                }
+                *reinterpret_cast<float4*>(out + i) = acc;
+            }
+        } else {
+            for (int64_t i = d0 + yt; i < d1; i += ystride) {
+                float v[kMaxHc];
+#pragma unroll
+                for (int j = 0; j < kMaxHc; ++j) v[j] = x[(j < n ? j : n - 1) * D + i];
+                float acc = 0;
+#pragma unroll
+                for (int j = 0; j < kMaxHc; ++j) {
+                    const float sum = __fadd_rn(acc, __fmul_rn(s_pre[j < n ? j : n - 1], v[j]));
+                    acc = j < n ? sum : acc;
+                }
+                out[i] = acc;
+            }
+        }
+    }
+    cluster.barrier_wait(std::move(token));
+}
+
+// Blocks per token of an hc_small_kernel instantiation: 16 (a non-portable cluster size) where
+// the device can schedule a cluster of 16 of them, else 8 (always possible). Queried once.
+template <class K>
+int hc_small_cluster(K kernel) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(kHcSmallMaxCluster));
+    cfg.blockDim = dim3(kHcThreads);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(kHcSmallMaxCluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
+        cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters > 0)
+        return kHcSmallMaxCluster;
+    (void)cudaGetLastError();  // a refused query leaves an error behind: not this op's failure
+    return kHcMaxCluster;
+}
+
+template <int TYPE, int G, bool HEAD, bool VEC>
+void launch_hc_small(const HcArgs& a, int64_t T, Stream stream) {
+    const auto kernel = hc_small_kernel<TYPE, G, HEAD, VEC>;
+    static const int C = hc_small_cluster(kernel);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(T * C));
+    cfg.blockDim = dim3(kHcThreads);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(C);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+}
+
+// Whether hc_small_kernel may read X and y (and an F32 fn) as float4.
+bool hc_vec(const DeviceMat& fn, const HcArgs& a) {
+    const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+    const bool fn_ok = fn.type != gguf::TensorType::F32 || (aligned(fn.data) && fn.row_bytes % 16 == 0);
+    return a.D % 4 == 0 && aligned(a.X) && aligned(a.y) && fn_ok;
+}
+
+template <bool HEAD>
+void launch_hc_small_any(const DeviceMat& fn, const HcArgs& a, int64_t T, Stream stream) {
+    const bool vec = hc_vec(fn, a);
+    dispatch_wtype(int(fn.type), [&]<int TYPE>() {
+        if (a.rows <= 4) {  // G: the rows accumulated per pass (every row's load in flight at once)
+            if (vec) launch_hc_small<TYPE, 4, HEAD, true>(a, T, stream);
+            else launch_hc_small<TYPE, 4, HEAD, false>(a, T, stream);
+        } else if (HEAD || a.rows <= 8) {  // hc_head has n <= 8 rows; hc_pre with n <= 2 has <= 8
+            if (vec) launch_hc_small<TYPE, 8, HEAD, true>(a, T, stream);
+            else launch_hc_small<TYPE, 8, HEAD, false>(a, T, stream);
+        } else if constexpr (!HEAD) {
+            if (vec) launch_hc_small<TYPE, 24, HEAD, true>(a, T, stream);
+            else launch_hc_small<TYPE, 24, HEAD, false>(a, T, stream);
         }
     });
     DSV4_LAUNCH_CHECK();
@@ -604,43 +921,69 @@ __global__ void __launch_bounds__(256) gather_rows_kernel(const float* x, const 
     }
 }
 
-// One block per token: thread 0 sorts the token's slots by (expert, slot) (insertion sort,
-// k <= 16), then every thread adds its columns in that order.
-__global__ void __launch_bounds__(256) moe_combine_kernel(const float* ys, const int32_t* ids, const float* weights,
-                                                          const int32_t* slot_pos, int k, int64_t D,
-                                                          const float* shared, float* out) {
-    __shared__ int32_t s_pos[kMaxTopK];
-    __shared__ float s_w[kMaxTopK];
+// Grid (token, chunk of kCombineThreads * W columns), W = 4 (float4) where D % 4 == 0 and the rows
+// are 16-byte aligned, else 1: a decode step spreads its few tokens' rows over many blocks. Every
+// block ranks its token's k slots by (expert, slot), thread i < k counting the slots before slot i
+// (the order of a stable sort by expert), then each thread adds its W columns in that order, its
+// k row loads issued together (the order of the additions is unchanged).
+template <int W, int KMAX>
+__global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(const float* ys, const int32_t* ids,
+                                                                      const float* weights, const int32_t* slot_pos,
+                                                                      int k, int64_t D, const float* shared,
+                                                                      float* out) {
+    using Vec = std::conditional_t<W == 4, float4, float>;
+    __shared__ int32_t s_e[kMaxTopK], s_p[kMaxTopK], s_pos[kMaxTopK];
+    __shared__ float s_wt[kMaxTopK], s_w[kMaxTopK];
     const int64_t t = blockIdx.x;
-    if (threadIdx.x == 0) {
-        int32_t e_sorted[kMaxTopK];
-        for (int i = 0; i < k; ++i) {
-            const int32_t e = ids[t * k + i];
-            const int32_t pos = slot_pos[t * k + i];
-            const float w = weights[t * k + i];
-            int q = i;
-            while (q > 0 && e_sorted[q - 1] > e) {  // stable: equal experts keep slot order
-                e_sorted[q] = e_sorted[q - 1];
-                s_pos[q] = s_pos[q - 1];
-                s_w[q] = s_w[q - 1];
-                --q;
-            }
-            e_sorted[q] = e;
-            s_pos[q] = pos;
-            s_w[q] = w;
-        }
+    const int tid = threadIdx.x;
+    const int64_t i = (int64_t(blockIdx.y) * kCombineThreads + tid) * W;  // first column; D % W == 0
+    const bool active = i < D;
+    if (tid < k) {
+        s_e[tid] = ids[t * k + tid];
+        s_p[tid] = slot_pos[t * k + tid];
+        s_wt[tid] = weights[t * k + tid];
+    }
+    Vec sh{};
+    if (shared && active) sh = *reinterpret_cast<const Vec*>(shared + t * D + i);  // in flight meanwhile
+    __syncthreads();
+    if (tid < k) {
+        const int32_t e = s_e[tid];
+        int rank = 0;
+        for (int j = 0; j < k; ++j) rank += s_e[j] < e || (s_e[j] == e && j < tid);
+        s_pos[rank] = s_p[tid];
+        s_w[rank] = s_wt[tid];
     }
     __syncthreads();
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-        float acc = 0;
-        for (int q = 0; q < k; ++q) {
-            const int32_t pos = s_pos[q];
-            const float v = pos >= 0 ? ys[int64_t(pos) * D + i] : __int_as_float(0x7fc00000);
-            acc = __fadd_rn(acc, __fmul_rn(v, s_w[q]));
-        }
-        if (shared) acc = __fadd_rn(acc, shared[t * D + i]);
-        out[t * D + i] = acc;
+    if (!active) return;
+    // All KMAX >= k loads issued before any is used: no branch guards them (slots past k load
+    // the last slot's row again; a missing row loads row 0 and becomes NaN afterwards).
+    Vec v[KMAX];
+#pragma unroll
+    for (int q = 0; q < KMAX; ++q) {
+        const int32_t pos = s_pos[q < k ? q : k - 1];
+        v[q] = *reinterpret_cast<const Vec*>(ys + int64_t(pos < 0 ? 0 : pos) * D + i);
     }
+    float acc[W], vs[W], shs[W];
+    for (int c = 0; c < W; ++c) acc[c] = 0;
+    memcpy(shs, &sh, sizeof shs);
+#pragma unroll
+    for (int q = 0; q < KMAX; ++q) {  // selects, not an early exit (which would sink the loads here)
+        const int qq = q < k ? q : k - 1;
+        memcpy(vs, &v[q], sizeof vs);
+        const float w = s_w[qq];
+        const bool ok = s_pos[qq] >= 0;
+#pragma unroll
+        for (int c = 0; c < W; ++c) {
+            const float sum = __fadd_rn(acc[c], __fmul_rn(ok ? vs[c] : __int_as_float(0x7fc00000), w));
+            acc[c] = q < k ? sum : acc[c];
+        }
+    }
+    if (shared)
+#pragma unroll
+        for (int c = 0; c < W; ++c) acc[c] = __fadd_rn(acc[c], shs[c]);
+    Vec o;
+    memcpy(&o, acc, sizeof o);
+    *reinterpret_cast<Vec*>(out + t * D + i) = o;
 }
 
 __global__ void add_to_streams_kernel(float* X, const float* e, int64_t T, int n, int64_t D) {
@@ -665,7 +1008,20 @@ void rmsnorm(float* x, int64_t T, int64_t n, const float* weight, float eps, Str
     if (T > INT_MAX) fail("CUDA rmsnorm: ", T, " rows");
     if (T == 0) return;
     need(x, "rmsnorm", "x");
-    rmsnorm_kernel<<<unsigned(T), 256, 0, stream>>>(x, n, weight, eps);
+    const int64_t n4 = n / 4;
+    const bool vec = n % 4 == 0 && n4 <= 8 * kNormMaxThreads && (reinterpret_cast<uintptr_t>(x) & 15) == 0 &&
+                     (reinterpret_cast<uintptr_t>(weight) & 15) == 0;
+    if (vec) {
+        // Fewest float4 per thread that fit the row into 1024 threads; threads a whole number of warps.
+        const int V = n4 <= kNormMaxThreads ? 1 : n4 <= 2 * kNormMaxThreads ? 2 : n4 <= 4 * kNormMaxThreads ? 4 : 8;
+        const unsigned threads = unsigned((ceil_div(n4, V) + 31) / 32 * 32);
+        if (V == 1) rmsnorm_vec_kernel<1><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps);
+        if (V == 2) rmsnorm_vec_kernel<2><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps);
+        if (V == 4) rmsnorm_vec_kernel<4><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps);
+        if (V == 8) rmsnorm_vec_kernel<8><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps);
+    } else {
+        rmsnorm_kernel<<<unsigned(T), 256, 0, stream>>>(x, n, weight, eps);
+    }
     DSV4_LAUNCH_CHECK();
 }
 
@@ -698,7 +1054,10 @@ void hc_pre(const HcShape& s, const DeviceMat& fn, const float* base, const floa
     need(post, "hc_pre", "post");
     need(comb, "hc_pre", "comb");
     const HcArgs a{fn.data, fn.row_bytes, mix, base, scale, X, s.n, s.D, s.iters, s.hc_eps, s.norm_eps, y, post, comb};
-    launch_hc<false>("hc_pre", fn, a, T, stream);
+    if (T <= kHcSmallMaxT)
+        launch_hc_small_any<false>(fn, a, T, stream);
+    else
+        launch_hc<false>("hc_pre", fn, a, T, stream);
 }
 
 void hc_post(const HcShape& s, float* X, const float* f, const float* post, const float* comb, int64_t T,
@@ -728,7 +1087,10 @@ void hc_head(const HcShape& s, const DeviceMat& fn, const float* base, const flo
     need(y, "hc_head", "y");
     const HcArgs a{fn.data, fn.row_bytes, s.n, base, scale, X, s.n, s.D, s.iters, s.hc_eps, s.norm_eps, y, nullptr,
                    nullptr};
-    launch_hc<true>("hc_head", fn, a, T, stream);
+    if (T <= kHcSmallMaxT)
+        launch_hc_small_any<true>(fn, a, T, stream);
+    else
+        launch_hc<true>("hc_head", fn, a, T, stream);
 }
 
 void swiglu(float* gate, const float* up, int64_t n, float limit, Stream stream) {
@@ -804,7 +1166,18 @@ void moe_combine(const float* ys, const int32_t* ids, const float* weights, cons
     need(weights, "moe_combine", "weights");
     need(slot_pos, "moe_combine", "slot_pos");
     need(out, "moe_combine", "out");
-    moe_combine_kernel<<<unsigned(T), 256, 0, stream>>>(ys, ids, weights, slot_pos, k, D, shared, out);
+    const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+    const bool vec = D % 4 == 0 && aligned(ys) && aligned(out) && (!shared || aligned(shared));
+    const int64_t chunks = ceil_div(D, int64_t(kCombineThreads) * (vec ? 4 : 1));
+    if (chunks > 65535) fail("CUDA moe_combine: D = ", D);
+    const dim3 grid{unsigned(T), unsigned(chunks)};
+    const auto go = [&]<int W, int KMAX>() {
+        moe_combine_kernel<W, KMAX><<<grid, kCombineThreads, 0, stream>>>(ys, ids, weights, slot_pos, k, D, shared, out);
+    };
+    if (vec && k <= 8) go.template operator()<4, 8>();
+    else if (vec) go.template operator()<4, kMaxTopK>();
+    else if (k <= 8) go.template operator()<1, 8>();
+    else go.template operator()<1, kMaxTopK>();
     DSV4_LAUNCH_CHECK();
 }
 

@@ -36,7 +36,7 @@ struct HcShape {
 // token), pre = sigmoid(mix[j]*scale[0] + base[j]) + eps, post = 2*sigmoid(mix[n+k]*scale[1] +
 // base[n+k]), comb = row softmax + eps then Sinkhorn (column, then iters-1 x (row, column)),
 // y[t] = sum_j pre[j] X[t, j]. fn: [mix_dim, n*D] any stored type; base [mix_dim], scale [3].
-// Outputs y[T, D], post[T, n], comb[T, n, n]. One cluster of 1..8 blocks per token (more blocks
+// Outputs y[T, D], post[T, n], comb[T, n, n]. One cluster of 1..16 blocks per token (more blocks
 // per token when there are few tokens), fused: RMS scale, mix dot products, gates, y.
 void hc_pre(const HcShape& s, const DeviceMat& fn, const float* base, const float* scale, const float* X, int64_t T,
             float* y, float* post, float* comb, Stream stream = nullptr);
