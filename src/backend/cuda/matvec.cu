@@ -452,13 +452,13 @@ __global__ void __launch_bounds__(128) q2k_matvec_kernel(const uint8_t* w, size_
 // unit (a quarter of the FP32 rate, which would bound these kernels below the memory bandwidth):
 // 2^23 + v has v in its low mantissa bits, and subtracting 2^23 is exact.
 __device__ __forceinline__ float small_u2f(uint32_t v) { return __int_as_float(0x4B000000u | v) - 8388608.0f; }
-// The same for byte B of a word whose bytes are all < 128.
+// The same for byte B of a word (any byte value).
 template <int B>
 __device__ __forceinline__ float byte_u2f(uint32_t w) {
     return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7440 | B)) - 8388608.0f;
 }
 
-// Q2_K rows at T = 1 (decode), cols a multiple of 2048 up to 16384. A lane owns 16 qs bytes of a
+// Q2_K rows at T = 1 (decode), cols 2048, 4096, 8192 or 16384. A lane owns 16 qs bytes of a
 // super-block (a quarter: half h, bytes 16c..16c+15), i.e. the 4 whole sub-blocks 8h + 2j + c
 // (j = shift), 64 values; a warp's 32 lanes cover 2048 columns (a "slice"), and a row of S
 // slices takes S warps of the block, the block's 8 / S warp groups taking different rows. The
@@ -779,9 +779,9 @@ void launch_tc(const DeviceMat& w, const MatvecArgs& a, const void* ws, size_t w
 
 // Workspace of the tensor path: the packed x, and the splits' partial sums when there are any.
 size_t tc_workspace_bytes(const DeviceMat& w, const MatvecArgs& a, size_t x_smem_limit) {
-    // At most 8 column blocks are one stage for every type, whose x always fits: never split
-    // (and no device query, so the argument checks run without a device).
-    if (w.cols / 32 <= 8) return packed_bytes(w, a);
+    // At most 8 column blocks are one stage for every type, whose x fits unless a test lowers
+    // the limit: never split (and no device query, so the argument checks run without a device).
+    if (w.cols / 32 <= 8 && x_smem_limit == 0) return packed_bytes(w, a);
     TcPlan pl;
     switch (int(w.type)) {
         case kQ8_0: pl = plan_tc<kQ8_0>(w, a, x_smem_limit); break;
