@@ -24,35 +24,10 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from torch_timing import time_graph
 
-CALLS, REPLAYS = 20, 7
 D, H, HD, QL, OG, OL, WIN, IH, ID, TOPK = 4096, 64, 512, 1024, 8, 1024, 128, 64, 128, 512
 E, K, INTER = 256, 6, 2048
-
-
-def time_graph(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(CALLS):
-            fn()
-    g.replay()
-    per = []
-    for _ in range(REPLAYS):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        per.append(1000.0 * e0.elapsed_time(e1) / CALLS)
-    per.sort()
-    return per[len(per) // 2]
 
 
 def rms(x, w=None, eps=1e-6):
@@ -121,7 +96,7 @@ def main():
             return y + F.linear(hs, down_s).float()
 
         for name, fn in (("attention_csa", attention), ("moe", moe)):
-            t = time_graph(fn)
+            t = time_graph(lambda i, fn=fn: fn())[0]
             results.append({"layer": name, "T": 1, "context": ctx, "impl": "torch_bf16", "time_us": t})
             print(f"torch {name:14s} T=1 ctx={ctx:6d} {t:9.1f} us", flush=True)
     with open(out, "w") as f:

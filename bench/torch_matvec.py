@@ -14,34 +14,9 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from torch_timing import time_graph
 
-CALLS, REPLAYS = 20, 7
 ROTATE_BYTES = 256 << 20
-
-
-def time_graph(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(3):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(CALLS):
-            fn(i)
-    g.replay()
-    per = []
-    for _ in range(REPLAYS):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        per.append(1000.0 * e0.elapsed_time(e1) / CALLS)
-    per.sort()
-    return per[len(per) // 2], per[0], per[-1]
 
 
 def main():
