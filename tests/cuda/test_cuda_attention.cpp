@@ -12,7 +12,9 @@
 //                     or CSA picked lists (windows 64 / 128, widths 32 .. 512, H 1 .. 64, cache_from
 //                     > 0, queries before the window is full, and the long shapes of DESIGN.md:
 //                     10,240 queries from position 0 and a 129-query tail at position 122,880 over
-//                     30,752 CSA / 961 HCA rows, at H = 64, width 512, checked on a subset).
+//                     30,752 CSA / 961 HCA rows, at H = 64, width 512, checked on a subset);
+//                     decode-sized steps (T 1 .. 8, and 65) take the split path, checked the
+//                     same way; every call is made twice and must repeat bit for bit.
 //
 // Tolerances (never loosened to pass):
 //   rope: |cuda - cpu| <= 1e-6 on inputs in [-1, 1) (the same float angle and the same rotation
@@ -423,6 +425,7 @@ struct AttnCase {
     int ratio = 0, top_k = 0;
     float q_scale = 0.5f;
     std::vector<int64_t> checked = {};  // queries compared with the CPU; empty: all
+    bool split = false;                 // expect the split (decode) path
 };
 
 void check_attention(const AttnCase& c, uint64_t seed) {
@@ -484,7 +487,25 @@ void check_attention(const AttnCase& c, uint64_t seed) {
         }
     }
     a.out = dout.as<float>();
-    cuda::sparse_attention(a);
+    // The workspace (the split path's partial sums) is poisoned too, and the call is made twice
+    // into two poisoned outputs: the second must equal the first bit for bit (fixed reduction
+    // orders, nothing read that was not written).
+    const size_t wsb = cuda::sparse_attention_workspace_bytes(a);
+    cuda::DeviceBuffer ws;
+    if (wsb) {
+        ws = cuda::DeviceBuffer(wsb);
+        ws.fill_bytes(0xff);
+        EXPECT_THROW(cuda::sparse_attention(a, ws.get(), wsb - 1), dsv4::Error);  // too small
+    }
+    if (c.split) {
+        EXPECT_GT(wsb, 0u) << "expected the split (decode) path";
+    }
+    cuda::sparse_attention(a, ws.get(), wsb);
+    cuda::DeviceBuffer dout2(n_out * 4);
+    dout2.fill_bytes(0xff);
+    if (wsb) ws.fill_bytes(0xff);
+    a.out = dout2.as<float>();
+    cuda::sparse_attention(a, ws.get(), wsb);
     cuda::synchronize();
 
     std::vector<int64_t> checked = c.checked;
@@ -511,6 +532,14 @@ void check_attention(const AttnCase& c, uint64_t seed) {
         max_keys = std::max(max_keys, keys.rows.size());
         cpu::attend_heads(&q[size_t(t * H * W)], H, keys, W, scale, sinks.data(), ref.data());
         const std::vector<float> got = from_device<float>(dout, size_t(H * W), size_t(t * H * W));
+        const std::vector<float> again = from_device<float>(dout2, size_t(H * W), size_t(t * H * W));
+        for (size_t i = 0; i < got.size(); ++i)
+            if (bits(got[i]) != bits(again[i])) {
+                if (bad++ < 5)
+                    ADD_FAILURE() << "query " << t << " element " << i << ": a second call gave " << again[i] << ", the first "
+                                  << got[i];
+                break;
+            }
         for (int h = 0; h < H; ++h) {
             double sc = 0;
             for (int i = 0; i < W; ++i) sc = std::max(sc, std::fabs(double(ref[size_t(h * W + i)])));
@@ -526,8 +555,9 @@ void check_attention(const AttnCase& c, uint64_t seed) {
     }
     EXPECT_EQ(bad, 0);
     ::testing::Test::RecordProperty("attention_max_rel_err", std::to_string(worst));
-    std::printf("[attention %s] %zu of %lld queries checked, up to %zu keys, max |err| / head scale %.3g\n",
-                c.name.c_str(), checked.size(), (long long)c.T, max_keys, worst);
+    std::printf("[attention %s] %zu of %lld queries checked, up to %zu keys, max |err| / head scale %.3g, %s\n",
+                c.name.c_str(), checked.size(), (long long)c.T, max_keys, worst,
+                wsb ? ("split path, workspace " + std::to_string(wsb) + " bytes").c_str() : "one-pass kernel");
 }
 
 TEST(CudaAttention, SparseAttentionSlidingWindow) {
@@ -567,6 +597,45 @@ TEST(CudaAttention, SparseAttentionOddHeadsAndWidths) {
     uint64_t seed = 3400;
     for (auto [H, W] : {std::pair<int, int>{20, 96}, {5, 160}, {1, 32}, {17, 480}, {33, 128}, {3, 384}})
         check_attention({"odd", H, W, 64, 100, 30, 37, Comp::HCA, 16}, seed += 10);
+}
+
+// Decode and verification steps (T <= 8, and up to the split path's limit): the split path at
+// the model's shapes (H 64, width 512, window 128) and at other widths and head counts. Key
+// counts that are no multiple of the split size, queries whose keys end before the grid's last
+// split (CSA picks below top_k), windows not yet full, several tiles per split (T = 8), one split
+// per query (T = 65 on a 132-multiprocessor GPU).
+TEST(CudaAttention, SparseAttentionDecode) {
+    REQUIRE_DEVICE();
+    uint64_t seed = 3700;
+    auto run = [&](AttnCase c) {
+        c.split = c.T <= 8;
+        check_attention(c, seed += 10);
+    };
+    for (int64_t T : {1, 2, 8}) {
+        run({"decode sliding", 64, 512, 128, 2047, T, 2047 - 127});
+        run({"decode CSA 512 picks", 64, 512, 128, 4000, T, 4000 - 127, Comp::CSA, 4, 512});
+        run({"decode HCA", 64, 512, 128, 2047, T, 2047 - 127, Comp::HCA, 128});
+    }
+    run({"decode sliding, window not full", 64, 512, 128, 0, 1, 0});
+    run({"decode sliding, window not full", 64, 512, 128, 5, 8, 0});
+    run({"decode sliding, 61 rows", 64, 512, 128, 60, 1, 0});
+    run({"decode sliding sharp", 64, 512, 128, 3000, 1, 3000 - 127, Comp::None, 0, 0, 3.0f});
+    run({"decode CSA 250 picks", 64, 512, 128, 1001, 1, 1001 - 127, Comp::CSA, 4, 512});
+    run({"decode CSA few picks", 64, 512, 128, 37, 8, 0, Comp::CSA, 4, 512});
+    run({"decode CSA no picks yet", 64, 512, 128, 2, 2, 0, Comp::CSA, 4, 512});
+    run({"decode CSA sharp", 64, 512, 128, 4000, 2, 4000 - 127, Comp::CSA, 4, 512, 2.0f});
+    run({"decode HCA 167 rows", 64, 512, 128, 5000, 1, 5000 - 127, Comp::HCA, 128});
+    run({"decode HCA at 122880", 64, 512, 128, 122880, 1, 122880 - 127, Comp::HCA, 128});
+    run({"decode HCA at 122880", 64, 512, 128, 122880, 4, 122880 - 127, Comp::HCA, 128});
+    run({"decode HCA 2 rows", 64, 512, 128, 300, 1, 300 - 127, Comp::HCA, 128});
+    run({"decode cache_from > 0", 64, 512, 128, 1000, 3, 990, Comp::CSA, 4, 512});
+    run({"split, one split a query", 64, 512, 128, 4000, 65, 4000 - 127, Comp::CSA, 4, 512});
+    // Other widths: one value a lane per half (64), three (192, one channel every 32), four
+    // (256, float4), seven (448); head counts that leave the last group of 16 partial.
+    for (auto [H, W] : {std::pair<int, int>{20, 64}, {5, 192}, {33, 256}, {3, 448}, {1, 512}}) {
+        run({"decode odd", H, W, 64, 100, 1, 37, Comp::HCA, 16});
+        run({"decode odd", H, W, 64, 700, 8, 700 - 63, Comp::CSA, 4, 100});
+    }
 }
 
 // The long shapes of DESIGN.md at the model's H and width, checked on a subset of queries.
@@ -647,29 +716,29 @@ TEST(CudaAttentionArgs, RejectsBadArguments) {
     s.window = 128;
     for (int width : {0, 48, 544}) {
         s.width = width;
-        EXPECT_THROW(cuda::sparse_attention(s), dsv4::Error) << "width " << width;
+        EXPECT_THROW(cuda::sparse_attention(s, nullptr, 0), dsv4::Error) << "width " << width;
     }
     s.width = 64;
     s.H = 0;
-    EXPECT_THROW(cuda::sparse_attention(s), dsv4::Error);
+    EXPECT_THROW(cuda::sparse_attention(s, nullptr, 0), dsv4::Error);
     s.H = 4;
     s.cache_from = 11;  // after pos0
-    EXPECT_THROW(cuda::sparse_attention(s), dsv4::Error);
+    EXPECT_THROW(cuda::sparse_attention(s, nullptr, 0), dsv4::Error);
     s.cache_from = 0;  // the window reaches back into a cache that is not given
-    EXPECT_THROW(cuda::sparse_attention(s), dsv4::Error);
+    EXPECT_THROW(cuda::sparse_attention(s, nullptr, 0), dsv4::Error);
     s.cache = v;
     s.chunk = v + 1;  // not 16-byte aligned
-    EXPECT_THROW(cuda::sparse_attention(s), dsv4::Error);
+    EXPECT_THROW(cuda::sparse_attention(s, nullptr, 0), dsv4::Error);
     s.chunk = v;
     s.comp = v;
     s.n_comp = 4;
     s.ratio = 0;  // HCA rows without a ratio
-    EXPECT_THROW(cuda::sparse_attention(s), dsv4::Error);
+    EXPECT_THROW(cuda::sparse_attention(s, nullptr, 0), dsv4::Error);
     s.picked = ids;  // CSA lists without counts
-    EXPECT_THROW(cuda::sparse_attention(s), dsv4::Error);
+    EXPECT_THROW(cuda::sparse_attention(s, nullptr, 0), dsv4::Error);
     s.T = 0;
     s.comp = nullptr;
-    EXPECT_NO_THROW(cuda::sparse_attention(s));
+    EXPECT_NO_THROW(cuda::sparse_attention(s, nullptr, 0));
 }
 
 }  // namespace

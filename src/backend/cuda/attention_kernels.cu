@@ -24,6 +24,9 @@
 //   then a transposing butterfly: 31 shuffles leave row j's sum in lane j), then walks the rows in
 //   key order with the online-softmax update of cpu::attend_heads (m = sink, l = 1, acc = 0 at the
 //   start; a new maximum rescales), and writes acc / l at the end.
+//   Decode-sized calls (T * ceil(H / 16) under two waves, width % 64 == 0) instead split each
+//   query's keys over ~one block per multiprocessor and merge the partial softmax sums in a second,
+//   programmatically dependent kernel, in a fixed order (the decode path, below).
 #include "backend/cuda/attention_kernels.h"
 
 #include <algorithm>
@@ -390,6 +393,26 @@ struct KeyGeom {
     int n_win, n_keys;
 };
 
+// The keys query t sees (the visibility rules of attention_kernels.h): key j < n_win is window
+// position start + j, key j >= n_win compressed row j - n_win of the HCA prefix or of t's picks.
+// Every sparse-attention kernel derives its rows from this one function.
+__device__ __forceinline__ KeyGeom key_geom(const SparseAttnArgs& a, int64_t t) {
+    KeyGeom g;
+    g.t = t;
+    g.p = a.pos0 + t;
+    g.start = max(max(int64_t(0), g.p - a.window + 1), a.cache_from);
+    g.n_win = int(g.p - g.start + 1);
+    int n_c = 0;
+    if (a.comp) {
+        if (a.picked)
+            n_c = min(max(a.n_picked[t], 0), a.top_k);
+        else
+            n_c = int(min((g.p + 1) / a.ratio, a.n_comp));
+    }
+    g.n_keys = g.n_win + n_c;
+    return g;
+}
+
 __device__ __forceinline__ const float* key_row(const SparseAttnArgs& a, const KeyGeom& g, int j) {
     if (j < g.n_win) {
         const int64_t pos = g.start + j;
@@ -457,19 +480,7 @@ __global__ void __launch_bounds__(kMaxHeadsPerBlock * 32, 1) sparse_attn_kernel(
     const int h = int(blockIdx.y) * kMaxHeadsPerBlock + warp;
     const bool active = h < a.H;
 
-    KeyGeom g;
-    g.t = blockIdx.x;
-    g.p = a.pos0 + g.t;
-    g.start = max(max(int64_t(0), g.p - a.window + 1), a.cache_from);
-    g.n_win = int(g.p - g.start + 1);
-    int n_c = 0;
-    if (a.comp) {
-        if (a.picked)
-            n_c = min(max(a.n_picked[g.t], 0), a.top_k);
-        else
-            n_c = int(min((g.p + 1) / a.ratio, a.n_comp));
-    }
-    g.n_keys = g.n_win + n_c;
+    const KeyGeom g = key_geom(a, blockIdx.x);
     const int n_tiles = (g.n_keys + kTileKeys - 1) / kTileKeys;
 
     float q[NC], acc[NC];
@@ -545,6 +556,368 @@ __global__ void __launch_bounds__(kMaxHeadsPerBlock * 32, 1) sparse_attn_kernel(
 #pragma unroll
         for (int i = 0; i < NC; ++i) o[lane_channel<NC>(lane, i)] = acc[i] * inv;
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sparse attention, decode path (split over the keys, flash-decoding style)
+//
+// With few queries the kernel above has T * ceil(H / 16) blocks (4 at T = 1, H = 64) on a GPU of
+// 132 multiprocessors, each streaming all of its query's keys. Here each query's keys are cut
+// into splits of `rows` consecutive keys (key order as in key_geom), and a block of 16 warps
+// handles one (split, group of 16 heads, query):
+//   - the split's rows stream through shared memory in tiles of 32 (cp.async, double buffered),
+//     loaded once for the block's 16 heads. 16 threads copy a row; each fetches the row's address
+//     (for CSA the picked id, a global load) one tile ahead, so issuing a tile never waits;
+//   - warp w: row set rs = w >> 3 (rows 16 rs .. 16 rs + 15 of each tile), heads 4 * quad .. + 3
+//     of the group (quad = (w >> 1) & 3) over channel half hf = w & 1 of the width (HC = width /
+//     64 values a lane), for q during the scores and for the output sum after them. Four heads
+//     per loaded key value keep the tile arithmetic-bound rather than shared-memory-bound (one
+//     head a warp, as above, reads each row from shared memory twice per head); the two row sets
+//     give 16 warps a multiprocessor;
+//   - scores, per batch of 8 rows: lane partials for 4 heads x 8 rows, a transposing butterfly
+//     (31 shuffles) that leaves (head lane >> 3, row lane & 7) in each lane, the two halves' sums
+//     added in shared memory;
+//   - softmax of the tile, one warp per head, a lane per row: the tile's maximum, the running
+//     maximum m and sum l of the split (m = -inf, l = 0 at the start: the sink is counted once, by
+//     the combine), p = exp(z - m), and the factor f = exp(m_old - m) that rescales the output sums;
+//   - output sums, per row set: acc = acc * f + sum_j p_j k_j over the set's rows of the tile; at
+//     the end set 1's sums are added to set 0's (through shared memory, in that order).
+// The split writes its (m, l) per head and its unnormalised acc per (head, channel) to the
+// workspace; sparse_attn_combine_kernel then merges the splits of each (query, head) in split
+// order with the sink: M = max(sink, m_s), L = exp(sink - M) + sum_s l_s exp(m_s - M),
+// out = (sum_s acc_s exp(m_s - M)) / L. No atomics, fixed orders: the result is bitwise
+// repeatable. The math is cpu::attend_heads' (the same softmax over the same keys); only the
+// rounding differs (summation orders, exp).
+
+constexpr int kSplitHeads = 16, kSplitThreads = 512, kSplitTile = 32, kSplitBatch = 8;
+
+// Stores the lane's values at the channels load_lane<NC> reads.
+template <int NC>
+__device__ __forceinline__ void store_lane(float* row, int lane, const float (&x)[NC]) {
+    if constexpr (NC % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < NC / 4; ++i)
+            *reinterpret_cast<float4*>(row + i * 128 + lane * 4) = make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < NC; ++i) row[i * 32 + lane] = x[i];
+    }
+}
+
+// HC: values a lane holds of one head in its warp's channel half (width = 64 * HC).
+// Workspace: acc [T][n_splits][H][width] floats, then ml [T][n_splits][H] (m, l) pairs.
+template <int HC>
+__global__ void __launch_bounds__(kSplitThreads, 1)
+    sparse_attn_split_kernel(const SparseAttnArgs a, int rows, int n_splits, float* __restrict__ ws_acc,
+                             float2* __restrict__ ws_ml) {
+    constexpr int width = HC * 64, half = HC * 32;
+    constexpr int kSetRows = kSplitTile / 2;  // rows of a tile per row set
+    static_assert(kSplitThreads == 2 * (kSplitHeads / 4) * 2 * 32, "a warp per (row set, quad of heads, channel half)");
+    static_assert(kSplitThreads == kSplitHeads * kSplitTile && kSplitTile == 32, "the softmax: a warp per head, a lane per row");
+    static_assert(kSplitThreads == 16 * kSplitTile, "the copy: 16 threads a row, HC chunks of 16 bytes each");
+    static_assert(kSplitBatch * 4 == 32 && kSetRows % kSplitBatch == 0, "a batch: 4 heads x 8 rows = one butterfly");
+    extern __shared__ __align__(16) float tiles[];                // [2][kSplitTile][width]
+    __shared__ float s_dot[2][kSplitHeads][kSplitTile];           // score halves [channel half][head][row]
+    __shared__ __align__(16) float s_p[kSplitTile][kSplitHeads];  // exp(z - m) [row][head]
+    __shared__ __align__(16) float s_f[kSplitHeads];              // this tile's rescale factor per head
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int rs = warp >> 3, quad = (warp >> 1) & 3, hf = warp & 1;
+    const int h0 = int(blockIdx.y) * kSplitHeads;
+    const int split = blockIdx.x;
+    const KeyGeom g = key_geom(a, blockIdx.z);
+    const int row0 = split * rows;
+    // The combine may be scheduled now (it waits for this grid's completion before it reads).
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    if (row0 >= g.n_keys) return;  // a split past this query's keys (the grid covers the longest query)
+    const int n_rows = min(rows, g.n_keys - row0);
+    const int n_tiles = (n_rows + kSplitTile - 1) / kSplitTile;
+
+    // The copy: thread -> (row cr of the tile, 16-byte chunks cc + 16 k, k < HC).
+    const int cr = threadIdx.x >> 4, cc = threadIdx.x & 15;
+    auto row_src = [&](int tile) -> const float* {
+        const int j = tile * kSplitTile + cr;
+        return tile < n_tiles && j < n_rows ? key_row(a, g, row0 + j) : nullptr;
+    };
+    auto issue_tile = [&](int tile, const float* src) {
+        float* dst = tiles + (tile & 1) * (kSplitTile * width) + cr * width;
+        if (src) {
+#pragma unroll
+            for (int k = 0; k < HC; ++k) cp_async16(dst + (cc + 16 * k) * 4, src + (cc + 16 * k) * 4);
+        }
+        cp_async_commit();
+    };
+    const float* src_next = row_src(0);
+    issue_tile(0, src_next);
+    src_next = row_src(1);
+
+    // q of heads h0 + 4 * quad + e over this warp's half (zeros for heads past H: their scores are
+    // 0 and nothing of theirs is written).
+    float q[4][HC], acc[4][HC];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const int h = h0 + 4 * quad + e;
+        const float* qh = a.q + (g.t * a.H + h) * int64_t(width) + hf * half;
+#pragma unroll
+        for (int i = 0; i < HC; ++i) {
+            q[e][i] = h < a.H ? qh[lane_channel<HC>(lane, i)] : 0.0f;
+            acc[e][i] = 0.0f;
+        }
+    }
+    // The split's softmax state of head h0 + warp, held (identically) by the lanes of the warp.
+    float m_run = -INFINITY, l_run = 0.0f;
+
+    for (int tile = 0; tile < n_tiles; ++tile) {
+        if (tile + 1 < n_tiles) {
+            issue_tile(tile + 1, src_next);
+            src_next = row_src(tile + 2);  // in flight while this tile is computed
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const float* kt = tiles + (tile & 1) * (kSplitTile * width) + hf * half;
+        const int nvalid = min(kSplitTile, n_rows - tile * kSplitTile);
+        const int set0 = rs * kSetRows, set_end = min(set0 + kSetRows, nvalid);  // this warp's rows
+
+        // Scores: this warp's half of q · k for its 4 heads and each batch of 8 of its rows.
+#pragma unroll
+        for (int b = 0; b < kSetRows / kSplitBatch; ++b) {
+            const int jb = set0 + b * kSplitBatch;
+            if (jb >= set_end) break;  // uniform over the warp
+            float part[32];            // [head e][row r] at e * 8 + r
+#pragma unroll
+            for (int r = 0; r < kSplitBatch; ++r) {
+                float k[HC];
+                if (jb + r < set_end) {
+                    load_lane<HC>(kt + (jb + r) * width, lane, k);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < HC; ++i) k[i] = 0.0f;
+                }
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float s = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < HC; ++i) s = fmaf(q[e][i], k[i], s);
+                    part[e * kSplitBatch + r] = s;
+                }
+            }
+            const float d = transpose_reduce(part, lane);  // head 4 * quad + (lane >> 3), row jb + (lane & 7)
+            s_dot[hf][4 * quad + (lane >> 3)][jb + (lane & 7)] = d;
+        }
+        __syncthreads();
+
+        // Softmax of the tile: warp = head, lane = row.
+        {
+            const bool valid = lane < nvalid;
+            const float z = valid ? (s_dot[0][warp][lane] + s_dot[1][warp][lane]) * a.scale : -INFINITY;
+            float mx = z;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
+            const float m_new = fmaxf(m_run, mx);  // finite: the tile has a valid row
+            const float p = valid ? expf(z - m_new) : 0.0f;
+            float ps = p;  // the butterfly gives every lane the same sum
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(kFull, ps, o);
+            const float f = expf(m_run - m_new);  // 0 on the first tile (m_run = -inf)
+            l_run = l_run * f + ps;
+            m_run = m_new;
+            s_p[lane][warp] = p;
+            if (lane == 0) s_f[warp] = f;
+        }
+        __syncthreads();
+
+        // Output sums of this warp's 4 heads over its half and its rows.
+        {
+            const float4 f4 = *reinterpret_cast<const float4*>(&s_f[4 * quad]);
+#pragma unroll
+            for (int i = 0; i < HC; ++i) {
+                acc[0][i] *= f4.x;
+                acc[1][i] *= f4.y;
+                acc[2][i] *= f4.z;
+                acc[3][i] *= f4.w;
+            }
+#pragma unroll 4
+            for (int j = set0; j < set_end; ++j) {
+                const float4 p4 = *reinterpret_cast<const float4*>(&s_p[j][4 * quad]);
+                float k[HC];
+                load_lane<HC>(kt + j * width, lane, k);
+#pragma unroll
+                for (int i = 0; i < HC; ++i) {
+                    acc[0][i] = fmaf(p4.x, k[i], acc[0][i]);
+                    acc[1][i] = fmaf(p4.y, k[i], acc[1][i]);
+                    acc[2][i] = fmaf(p4.z, k[i], acc[2][i]);
+                    acc[3][i] = fmaf(p4.w, k[i], acc[3][i]);
+                }
+            }
+        }
+        __syncthreads();  // the buffer is refilled by the next iteration's issue
+    }
+
+    // Set 1's sums join set 0's through the (now idle) tile buffer, [16 heads][width].
+    float* red = tiles + 4 * quad * width + hf * half;
+    if (rs == 1) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) store_lane<HC>(red + e * width, lane, acc[e]);
+    }
+    __syncthreads();
+    const int64_t slot = (g.t * n_splits + split) * int64_t(a.H);  // + head
+    if (rs == 0) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float o[HC];
+            load_lane<HC>(red + e * width, lane, o);
+#pragma unroll
+            for (int i = 0; i < HC; ++i) o[i] = acc[e][i] + o[i];
+            const int h = h0 + 4 * quad + e;
+            if (h < a.H) store_lane<HC>(ws_acc + (slot + h) * width + hf * half, lane, o);
+        }
+    }
+    if (lane == 0 && h0 + warp < a.H) ws_ml[slot + h0 + warp] = make_float2(m_run, l_run);
+}
+
+// One block per (head, query): merges the splits in a fixed order. Thread (group gr, quad c4)
+// sums channels 4 c4 .. 4 c4 + 3 of the splits s = gr, gr + kCombineGroups, ... in ascending s,
+// kCombineBatch loads in flight at a time; the groups' sums are then added in group order. The
+// splits' (m, l) and weights are staged in shared memory (m, l, w: 3 * n_splits floats, then the
+// groups' sums, kCombineGroups * width floats). Launched as a programmatic dependent of the split
+// kernel (its launch overlaps the split kernel's run): it waits for that grid's completion and
+// memory before it reads anything.
+constexpr int kCombineGroups = 4, kCombineBatch = 8;
+
+__global__ void __launch_bounds__(kCombineGroups * 128)
+    sparse_attn_combine_kernel(const SparseAttnArgs a, int rows, int n_splits, const float* __restrict__ ws_acc,
+                               const float2* __restrict__ ws_ml) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    extern __shared__ __align__(16) float s_comb[];
+    float* s_m = s_comb;
+    float* s_l = s_comb + n_splits;
+    float* s_w = s_comb + 2 * n_splits;
+    float4* s_sum = reinterpret_cast<float4*>(s_comb + ((3 * n_splits + 3) & ~3));  // [group][width / 4]
+    const int quads = a.width / 4;
+    const int c4 = threadIdx.x % quads, gr = threadIdx.x / quads;
+    const int h = blockIdx.x;
+    const KeyGeom g = key_geom(a, blockIdx.y);
+    const int ns = (g.n_keys + rows - 1) / rows;  // the splits that hold keys of this query
+    const int64_t base = g.t * n_splits * int64_t(a.H) + h, stride = a.H;
+    for (int s = threadIdx.x; s < ns; s += blockDim.x) {
+        const float2 ml = ws_ml[base + s * stride];
+        s_m[s] = ml.x;
+        s_l[s] = ml.y;
+    }
+    __syncthreads();
+    const float sink = a.sinks[h];
+    float M = sink;
+    for (int s = 0; s < ns; ++s) M = fmaxf(M, s_m[s]);
+    for (int s = threadIdx.x; s < ns; s += blockDim.x) s_w[s] = expf(s_m[s] - M);
+    __syncthreads();
+
+    const float4* src = reinterpret_cast<const float4*>(ws_acc + base * a.width) + c4;
+    const int64_t step = stride * quads;  // float4s from one split's row to the next
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s0 = gr; s0 < ns; s0 += kCombineGroups * kCombineBatch) {
+        float4 v[kCombineBatch];
+#pragma unroll
+        for (int u = 0; u < kCombineBatch; ++u) {
+            const int s = s0 + u * kCombineGroups;
+            v[u] = s < ns ? src[s * step] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < kCombineBatch; ++u) {
+            const int s = s0 + u * kCombineGroups;
+            if (s < ns) {
+                const float w = s_w[s];
+                acc.x += w * v[u].x;
+                acc.y += w * v[u].y;
+                acc.z += w * v[u].z;
+                acc.w += w * v[u].w;
+            }
+        }
+    }
+    s_sum[gr * quads + c4] = acc;
+    __syncthreads();
+    if (gr != 0) return;
+    float L = expf(sink - M);
+    for (int s = 0; s < ns; ++s) L += s_l[s] * s_w[s];
+    acc = s_sum[c4];
+#pragma unroll
+    for (int k = 1; k < kCombineGroups; ++k) {
+        const float4 o = s_sum[k * quads + c4];
+        acc.x += o.x;
+        acc.y += o.y;
+        acc.z += o.z;
+        acc.w += o.w;
+    }
+    const float inv = 1.0f / L;
+    float* o = a.out + (g.t * a.H + h) * int64_t(a.width) + 4 * c4;
+    o[0] = acc.x * inv;
+    o[1] = acc.y * inv;
+    o[2] = acc.z * inv;
+    o[3] = acc.w * inv;
+}
+
+// The decode path's cut: splits = 0 means the one-pass kernel. Taken when the one-pass grid,
+// T * ceil(H / 16) blocks, is under two waves of the multiprocessors and the width is a multiple
+// of 64 (two channel halves of whole warps). The splits aim at about one block per
+// multiprocessor: rows = the longest query's key count over (SMs / (T * groups)), rounded up to
+// whole batches of 8 (so 8 or more rows a block: fewer, and the partial sums written would
+// outweigh the rows read). It depends on the shapes and positions only (not on n_picked, which is
+// on the device), so the grid and the workspace are known on the host.
+struct SplitPlan {
+    int rows = 0, splits = 0;
+};
+
+SplitPlan split_plan(const SparseAttnArgs& a) {
+    SplitPlan p;
+    if (a.T <= 0 || a.H <= 0 || a.width <= 0 || a.width % 64 || a.width > 512 || a.window <= 0) return p;
+    const int64_t groups = ceil_div(a.H, kSplitHeads);
+    const int64_t sms = device_limits().sms;
+    if (a.T * groups >= 2 * sms) return p;
+    // Upper bounds of key_geom's counts over the T queries.
+    const int64_t n_win = std::min<int64_t>(a.window, a.pos0 + a.T - a.cache_from);
+    int64_t n_c = 0;
+    if (a.comp) n_c = a.picked ? std::max(a.top_k, 0) : a.ratio > 0 ? std::min((a.pos0 + a.T) / a.ratio, a.n_comp) : 0;
+    const int64_t n_max = std::max<int64_t>(1, n_win + std::max<int64_t>(n_c, 0));
+    if (n_max > 0x3fffffff) return p;  // key counts are int; such a query takes the one-pass kernel
+    const int64_t want = std::max<int64_t>(1, sms / (a.T * groups));
+    const int64_t per = (n_max + want - 1) / want;
+    const int64_t rows = std::max<int64_t>(kSplitBatch, (per + kSplitBatch - 1) / kSplitBatch * kSplitBatch);
+    p.rows = int(rows);
+    p.splits = int((n_max + rows - 1) / rows);
+    return p;
+}
+
+size_t split_workspace_bytes(const SparseAttnArgs& a, const SplitPlan& p) {
+    return size_t(a.T) * size_t(p.splits) * size_t(a.H) * (size_t(a.width) + 2) * sizeof(float);
+}
+
+template <int HC>
+void launch_split(const SparseAttnArgs& a, const SplitPlan& p, void* workspace, Stream stream) {
+    const size_t smem = size_t(2) * kSplitTile * HC * 64 * sizeof(float);
+    static const bool attr_set = [&] {
+        DSV4_CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_split_kernel<HC>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        return true;
+    }();
+    (void)attr_set;
+    float* ws_acc = static_cast<float*>(workspace);
+    float2* ws_ml = reinterpret_cast<float2*>(ws_acc + size_t(a.T) * size_t(p.splits) * size_t(a.H) * size_t(a.width));
+    const dim3 grid(unsigned(p.splits), ceil_div(a.H, kSplitHeads), unsigned(a.T));
+    sparse_attn_split_kernel<HC><<<grid, kSplitThreads, smem, stream>>>(a, p.rows, p.splits, ws_acc, ws_ml);
+    DSV4_LAUNCH_CHECK();
+    // The combine, as a programmatic dependent launch (it waits in griddepcontrol.wait).
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(a.H), unsigned(a.T));
+    cfg.blockDim = dim3(unsigned(kCombineGroups * a.width / 4));
+    cfg.dynamicSmemBytes = (size_t(3 * p.splits + 3) & ~size_t(3)) * sizeof(float) + size_t(kCombineGroups) * a.width * sizeof(float);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_attn_combine_kernel, a, p.rows, p.splits,
+                                       static_cast<const float*>(ws_acc), static_cast<const float2*>(ws_ml)));
 }
 
 template <int NC>
@@ -655,7 +1028,13 @@ void indexer_topk(const IndexerArgs& a, void* workspace, size_t workspace_bytes,
     DSV4_LAUNCH_CHECK();
 }
 
-void sparse_attention(const SparseAttnArgs& a, Stream stream) {
+size_t sparse_attention_workspace_bytes(const SparseAttnArgs& a) {
+    if (a.T <= 0) return 0;
+    const SplitPlan p = split_plan(a);
+    return p.splits > 0 ? split_workspace_bytes(a, p) : 0;
+}
+
+void sparse_attention(const SparseAttnArgs& a, void* workspace, size_t workspace_bytes, Stream stream) {
     if (a.T < 0 || a.pos0 < 0) fail("CUDA sparse_attention: T = ", a.T, ", pos0 = ", a.pos0);
     if (a.T > 0x7fffffff) fail("CUDA sparse_attention: T = ", a.T, " is more than one grid");
     if (a.H <= 0) fail("CUDA sparse_attention: H = ", a.H);
@@ -682,6 +1061,24 @@ void sparse_attention(const SparseAttnArgs& a, Stream stream) {
     if (start0 < a.pos0) {
         if (!a.cache) fail("CUDA sparse_attention: null cache with window rows from position ", start0, " < pos0 ", a.pos0);
         if (!aligned16(a.cache)) fail("CUDA sparse_attention: cache is not 16-byte aligned");
+    }
+    const SplitPlan p = split_plan(a);
+    if (p.splits > 0) {
+        const size_t need = split_workspace_bytes(a, p);
+        if (workspace_bytes < need || !workspace)
+            fail("CUDA sparse_attention: workspace of ", workspace_bytes, " bytes, ", need, " needed");
+        if (!aligned16(workspace)) fail("CUDA sparse_attention: workspace is not 16-byte aligned");
+        switch (a.width / 64) {
+            case 1: launch_split<1>(a, p, workspace, stream); break;
+            case 2: launch_split<2>(a, p, workspace, stream); break;
+            case 3: launch_split<3>(a, p, workspace, stream); break;
+            case 4: launch_split<4>(a, p, workspace, stream); break;
+            case 5: launch_split<5>(a, p, workspace, stream); break;
+            case 6: launch_split<6>(a, p, workspace, stream); break;
+            case 7: launch_split<7>(a, p, workspace, stream); break;
+            case 8: launch_split<8>(a, p, workspace, stream); break;
+        }
+        return;
     }
     switch (a.width / 32) {
         case 1: launch_sparse<1>(a, stream); break;

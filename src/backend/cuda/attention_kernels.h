@@ -3,6 +3,7 @@
 // sparse attention with sinks over window + compressed rows. float32 activations; every pointer
 // is a device pointer; asynchronous on the stream; bad arguments throw naming the value.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "backend/cuda/device_memory.h"
@@ -84,6 +85,12 @@ void indexer_topk(const IndexerArgs& a, void* workspace, size_t workspace_bytes,
 // Each key row is loaded once per block and shared by the heads of the block (up to 16).
 // width: a multiple of 32 up to 512; cache, chunk and comp 16-byte aligned; picked ids must be
 // rows of comp (< n_comp); n_picked[t] is clamped to [0, top_k].
+// Few queries (decode, verification: when T * ceil(H / 16) is under twice the multiprocessor
+// count) and a width that is a multiple of 64 take a split path: each query's keys are cut into
+// splits handled by separate blocks, whose partial softmax sums are merged, in a fixed order, by
+// a second kernel. It needs a workspace of sparse_attention_workspace_bytes(a) bytes (0 when the
+// one-pass kernel runs; it depends on T, H, width, window, pos0, cache_from and the compressed
+// rows' bound, not on the device data), 16-byte aligned. Results are bitwise repeatable.
 struct SparseAttnArgs {
     const float* q = nullptr;
     int64_t T = 0, pos0 = 0;
@@ -102,6 +109,7 @@ struct SparseAttnArgs {
     int top_k = 0;
     float* out = nullptr;
 };
-void sparse_attention(const SparseAttnArgs& a, Stream stream = nullptr);
+size_t sparse_attention_workspace_bytes(const SparseAttnArgs& a);
+void sparse_attention(const SparseAttnArgs& a, void* workspace, size_t workspace_bytes, Stream stream = nullptr);
 
 }  // namespace dsv4::cuda

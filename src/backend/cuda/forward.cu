@@ -251,7 +251,8 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
             sa.top_k = c.index_topk;
         }
         sa.out = attn + b0 * Hd;
-        sparse_attention(sa, S);
+        const size_t attn_need = sparse_attention_workspace_bytes(sa);
+        sparse_attention(sa, bytes("attn_ws", attn_need), attn_need, S);
     }
     rope(attn, T * H, d, d, H, pos0, inv, R, /*inverse=*/true, S);  // V carried rope by its position
 
