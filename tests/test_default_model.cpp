@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <algorithm>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backend/cpu/attention.h"
 #include "model/model.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
@@ -147,4 +150,58 @@ TEST(DefaultModel, GreedyContinuationsMatchTransformers) {
                     g["prompt"].get<std::string>().c_str(), (long long)n, worst);
     }
     EXPECT_LE(ties, 2);  // near-ties are rare: measured 1 in 144 steps
+}
+
+namespace {
+
+// The CUDA model test's input (tests/cuda/test_cuda_model.cpp): BOS and 599 tokens of the filler.
+std::vector<int32_t> filler_tokens(int64_t n) {
+    Tokenizer tok(model().file());
+    const std::string text = test::read_text((kSource / "models" / "retrieval_filler.txt").string());
+    std::vector<int32_t> ids = {model().config().bos};
+    for (int32_t id : tok.encode(text.substr(0, 20000), false)) ids.push_back(id);
+    ids.resize(size_t(std::min<int64_t>(n, int64_t(ids.size()))));
+    return ids;
+}
+
+}  // namespace
+
+// The indexer's top-k gap observer (backend/cpu/attention.h), which backend comparisons use to
+// find where rounding alone may change a pick: called once for every CSA query whose visible rows
+// outnumber top_k, with the query's position and a non-negative gap, and not once it is unset.
+TEST(DefaultModel, TopkGapObserverSeesEverySelectionThatDropsRows) {
+    const ModelConfig& c = model().config();
+    const std::vector<int32_t> tokens = filler_tokens(600);
+    const int64_t T = int64_t(tokens.size());
+    int64_t expected = 0;
+    for (int l = 0; l < c.n_layers; ++l)
+        if (c.attn[size_t(l)] == AttnType::CSA)
+            for (int64_t p = 0; p < T; ++p) expected += (p + 1) / c.ratio[size_t(l)] > c.index_topk;
+    ASSERT_GT(expected, 0) << "the input is too short for any CSA selection to drop rows";
+
+    std::mutex mu;
+    std::vector<std::pair<int64_t, float>> seen;
+    cpu::set_topk_gap_observer([&](int64_t pos, float gap) {
+        std::lock_guard<std::mutex> lk(mu);
+        seen.emplace_back(pos, gap);
+    });
+    State st(c);
+    for (int64_t b = 0; b < T; b += 256) model().forward(&tokens[size_t(b)], std::min<int64_t>(256, T - b), st, nullptr);
+    cpu::set_topk_gap_observer(nullptr);
+    EXPECT_EQ(int64_t(seen.size()), expected);
+    auto tightest = std::min_element(seen.begin(), seen.end(), [](auto& a, auto& b) { return a.second < b.second; });
+    int64_t first_tie = -1;  // where tests/cuda/test_cuda_model.cpp's strict bound ends
+    for (auto [pos, gap] : seen)
+        if (gap < 1e-5f && (first_tie < 0 || pos < first_tie)) first_tie = pos;
+    if (tightest != seen.end())
+        std::printf("[top-k gaps] %zu selections, the tightest %.3g at position %lld, the first below 1e-5 at %lld\n",
+                    seen.size(), double(tightest->second), (long long)tightest->first, (long long)first_tie);
+    for (auto [pos, gap] : seen) {
+        EXPECT_GE(gap, 0.0f) << "position " << pos;  // the picked scores are the largest (NaN fails)
+        EXPECT_GE(pos, 0);
+        EXPECT_LT(pos, T);
+    }
+    State again(c);
+    model().forward(tokens.data(), T, again, nullptr);
+    EXPECT_EQ(int64_t(seen.size()), expected) << "the observer was called after it was unset";
 }

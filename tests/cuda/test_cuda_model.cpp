@@ -12,12 +12,15 @@
 // Skips (reported as skipped) where no CUDA device is visible.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 
+#include "backend/cpu/attention.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_query.h"
 #include "../fixture_util.h"
@@ -48,9 +51,13 @@ struct Diff {
     int mismatches = 0;
 };
 
-Diff compare(const std::vector<float>& ref, const std::vector<float>& got, int64_t V) {
+// max |ref|, max |ref - got| over positions < strict_until (all by default), top-1 mismatches
+// over all positions.
+Diff compare(const std::vector<float>& ref, const std::vector<float>& got, int64_t V,
+             int64_t strict_until = INT64_MAX) {
     Diff d;
-    for (size_t i = 0; i < ref.size(); ++i) {
+    const size_t strict_end = size_t(std::min<int64_t>(strict_until, int64_t(ref.size()) / V)) * size_t(V);
+    for (size_t i = 0; i < strict_end; ++i) {
         d.max_ref = std::max(d.max_ref, std::fabs(ref[i]));
         d.max_diff = std::max(d.max_diff, std::fabs(ref[i] - got[i]));  // NaN in got fails below
         if (std::isnan(got[i])) d.max_diff = INFINITY;
@@ -172,16 +179,32 @@ std::vector<int32_t> text_tokens(const Model& m, int64_t n) {
 
 // The embedded model (Q8_0 weights: the tensor-core matvec and the tiled GEMM both dequantise
 // in their kernels) over 600 tokens of text, prefilled in bands and decoded token by token.
+// The CSA indexer's top-k is a discrete choice: where the reference's k-th and (k+1)-th scores
+// are within rounding of each other (relative gap below 1e-5; this text has one of 1.75e-6 at
+// position 335 of the first CSA layer), a correct backend with other rounding may pick the other
+// row, which moves that position's logits by ~4e-4 of their scale and, through the caches, later
+// ones. So the float32-rounding bound holds before the reference's first such near-tie; from it
+// on, the top-1 token must still agree everywhere.
 TEST(CudaEmbedded, MatchesCpu) {
     REQUIRE_DEVICE();
     Model cpu(embedded_model()), gpu(embedded_model(), "cuda");
     auto tokens = text_tokens(cpu, 600);
     const int64_t V = cpu.config().vocab;
+    std::atomic<int64_t> first_tie{INT64_MAX};
+    cpu::set_topk_gap_observer([&](int64_t pos, float gap) {
+        if (gap < 1e-5f)
+            for (int64_t cur = first_tie.load(); pos < cur && !first_tie.compare_exchange_weak(cur, pos);) {
+            }
+    });
     auto want = run(cpu, tokens, 256);
+    cpu::set_topk_gap_observer(nullptr);
+    const int64_t strict = std::min<int64_t>(first_tie.load(), int64_t(tokens.size()));
+    ASSERT_GE(strict, 128) << "a near-tie this early leaves too little under the strict bound";
     for (int64_t chunk : {int64_t(256), int64_t(1)}) {
-        Diff d = compare(want, run(gpu, tokens, chunk), V);
-        std::printf("[cuda embedded, chunk %lld] max|diff| %.3g of %.3g, %d argmax mismatches of %zu\n",
-                    (long long)chunk, d.max_diff, d.max_ref, d.mismatches, tokens.size());
+        Diff d = compare(want, run(gpu, tokens, chunk), V, strict);
+        std::printf("[cuda embedded, chunk %lld] max|diff| %.3g of %.3g over the %lld positions before the first "
+                    "top-k near-tie, %d argmax mismatches of %zu\n",
+                    (long long)chunk, d.max_diff, d.max_ref, (long long)strict, d.mismatches, tokens.size());
         EXPECT_EQ(d.mismatches, 0) << "chunk " << chunk;
         EXPECT_LE(d.max_diff, 1e-4f * d.max_ref) << "chunk " << chunk;
     }

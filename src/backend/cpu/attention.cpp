@@ -76,6 +76,28 @@ void compressor_update(CompressorState& s, const CompressorWeights& w, const Rop
     }
 }
 
+namespace {
+TopkGapObserver& topk_gap_observer() {
+    static TopkGapObserver f;
+    return f;
+}
+
+// The relative gap between the lowest picked score and the highest dropped one.
+float topk_gap(const float* scores, int64_t n_visible, const std::vector<int32_t>& picked) {
+    std::vector<bool> in(static_cast<size_t>(n_visible), false);
+    float kth = INFINITY, next = -INFINITY;
+    for (int32_t r : picked) {
+        in[size_t(r)] = true;
+        kth = std::min(kth, scores[r]);
+    }
+    for (int64_t r = 0; r < n_visible; ++r)
+        if (!in[size_t(r)]) next = std::max(next, scores[r]);
+    return (kth - next) / std::max(std::fabs(kth), 1e-30f);
+}
+}  // namespace
+
+void set_topk_gap_observer(TopkGapObserver observer) { topk_gap_observer() = std::move(observer); }
+
 void indexer_select(const float* scores, int64_t n_visible, int top_k, std::vector<int32_t>& out) {
     out.resize(static_cast<size_t>(n_visible));
     std::iota(out.begin(), out.end(), 0);
@@ -223,6 +245,8 @@ void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, con
                         scores[size_t(r)] = s;
                     }
                     indexer_select(scores.data(), n_vis, c.index_topk, picked);
+                    if (n_vis > c.index_topk && topk_gap_observer())
+                        topk_gap_observer()(p, topk_gap(scores.data(), n_vis, picked));
                     for (int32_t r : picked) keys.rows.push_back(&st.comp.rows[size_t(r) * size_t(d)]);
                 }
             }

@@ -2,6 +2,7 @@
 // updates, sparse attention with sinks, inverse RoPE, grouped output projection.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "backend/cpu/rope.h"
@@ -19,6 +20,14 @@ void compressor_update(CompressorState& s, const CompressorWeights& w, const Rop
 // Indexer selection for one query at absolute position `pos`: the visible rows w < (pos+1)/ratio,
 // all of them when at most top_k, else the top_k by score (ties: lower index), ascending.
 void indexer_select(const float* scores, int64_t n_visible, int top_k, std::vector<int32_t>& out);
+
+// Test instrumentation of the indexer's discrete choice: while an observer is set, every CSA
+// selection that drops rows reports the query's absolute position and the relative gap between
+// its k-th and (k+1)-th scores, (s_k - s_k+1) / |s_k|. Where that gap is at the rounding level,
+// another correct rounding of the scores may pick the other row (tests comparing backends need
+// to know). Set it only while no forward runs; it may be called from several threads at once.
+using TopkGapObserver = std::function<void(int64_t pos, float relative_gap)>;
+void set_topk_gap_observer(TopkGapObserver observer);
 
 // Keys visible to one query: window rows then compressed rows, all [width]-wide.
 struct KeySet {
