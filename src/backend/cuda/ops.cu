@@ -420,22 +420,32 @@ int hc_cluster_size(int64_t T) {
     return c;
 }
 
+// The launch configuration of the hyper-connection kernels: `blocks` blocks of kHcThreads in
+// clusters of C along x. cfg points at attr: not copyable.
+struct HcClusterLaunch {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1] = {};
+    HcClusterLaunch(int64_t blocks, int C, Stream stream) {
+        cfg.gridDim = dim3(unsigned(blocks));
+        cfg.blockDim = dim3(kHcThreads);
+        cfg.stream = stream;
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = unsigned(C);
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    HcClusterLaunch(const HcClusterLaunch&) = delete;
+    HcClusterLaunch& operator=(const HcClusterLaunch&) = delete;
+};
+
 template <bool HEAD>
 void launch_hc(const char* op, const DeviceMat& fn, const HcArgs& a, int64_t T, Stream stream) {
     const int C = hc_cluster_size(T);
     if (T * C > INT_MAX) fail("CUDA ", op, ": ", T, " tokens");
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(T * C));
-    cfg.blockDim = dim3(kHcThreads);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(C);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    HcClusterLaunch launch(T * C, C, stream);
+    cudaLaunchConfig_t& cfg = launch.cfg;
     dispatch_wtype(int(fn.type), [&]<int TYPE>() {
         if (a.rows <= 4) {
             DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, hc_kernel<TYPE, 4, HEAD>, a));
@@ -639,19 +649,10 @@ __global__ void __launch_bounds__(kHcThreads) hc_small_kernel(const HcArgs a) {
 // the device can schedule a cluster of 16 of them, else 8 (always possible). Queried once.
 template <class K>
 int hc_small_cluster(K kernel) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(kHcSmallMaxCluster));
-    cfg.blockDim = dim3(kHcThreads);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(kHcSmallMaxCluster);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    HcClusterLaunch launch(kHcSmallMaxCluster, kHcSmallMaxCluster, nullptr);
     int clusters = 0;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
-        cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters > 0)
+        cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.cfg) == cudaSuccess && clusters > 0)
         return kHcSmallMaxCluster;
     (void)cudaGetLastError();  // a refused query leaves an error behind: not this op's failure
     return kHcMaxCluster;
@@ -661,18 +662,8 @@ template <int TYPE, int G, bool HEAD, bool VEC>
 void launch_hc_small(const HcArgs& a, int64_t T, Stream stream) {
     const auto kernel = hc_small_kernel<TYPE, G, HEAD, VEC>;
     static const int C = hc_small_cluster(kernel);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(T * C));
-    cfg.blockDim = dim3(kHcThreads);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(C);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+    HcClusterLaunch launch(T * C, C, stream);
+    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, a));
 }
 
 // Whether hc_small_kernel may read X and y (and an F32 fn) as float4.
