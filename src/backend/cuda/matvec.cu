@@ -377,17 +377,27 @@ __device__ __forceinline__ void write_row(const float (&acc)[kMaxMatvecTokens], 
     }
 }
 
+// Where a warp of the warp-per-row kernels (4 warps a block, blockIdx.y the problem) works: its
+// lane, problem, output row (none when row >= rows) and matrix, bad when the id is outside the
+// stack (that problem's outputs are NaN).
+struct WarpRow {
+    int lane, prob;
+    int64_t row, mat;
+    bool bad;
+};
+__device__ __forceinline__ WarpRow warp_row(const int32_t* ids, int64_t count) {
+    const int prob = int(blockIdx.y);
+    const int64_t mat = ids ? int64_t(ids[prob]) : int64_t(prob);
+    return {int(threadIdx.x & 31), prob, int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5), mat, mat < 0 || mat >= count};
+}
+
 // The oracle: one warp per output row, float32 products and sums on the CUDA cores.
 template <int TYPE>
 __global__ void __launch_bounds__(128) simple_matvec_kernel(const uint8_t* w, size_t matrix_bytes, size_t row_bytes,
                                                             int64_t rows, int64_t cols, int64_t count,
                                                             const int32_t* ids, MatvecArgs a) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row = int64_t(blockIdx.x) * 4 + warp;
-    const int prob = blockIdx.y;
+    const auto [lane, prob, row, mat, bad] = warp_row(ids, count);
     if (row >= rows) return;
-    const int64_t mat = ids ? int64_t(ids[prob]) : int64_t(prob);
-    const bool bad = mat < 0 || mat >= count;
     float acc[kMaxMatvecTokens] = {};
     if (!bad) {
         const uint8_t* wr = w + size_t(mat) * matrix_bytes + size_t(row) * row_bytes;
@@ -410,12 +420,8 @@ __global__ void __launch_bounds__(128) simple_matvec_kernel(const uint8_t* w, si
 __global__ void __launch_bounds__(128) q2k_matvec_kernel(const uint8_t* w, size_t matrix_bytes, size_t row_bytes,
                                                          int64_t rows, int64_t cols, int64_t count,
                                                          const int32_t* ids, MatvecArgs a) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row = int64_t(blockIdx.x) * 4 + warp;
-    const int prob = blockIdx.y;
+    const auto [lane, prob, row, mat, bad] = warp_row(ids, count);
     if (row >= rows) return;
-    const int64_t mat = ids ? int64_t(ids[prob]) : int64_t(prob);
-    const bool bad = mat < 0 || mat >= count;
     float acc[kMaxMatvecTokens] = {};
     if (!bad) {
         const uint8_t* wr = w + size_t(mat) * matrix_bytes + size_t(row) * row_bytes;
@@ -564,12 +570,8 @@ __global__ void __launch_bounds__(kQ2Warps * 32, 2)
 __global__ void __launch_bounds__(128) f32_matvec_kernel(const float* __restrict__ w, size_t matrix_floats,
                                                          size_t row_floats, int64_t rows, int64_t cols, int64_t count,
                                                          const int32_t* __restrict__ ids, MatvecArgs a) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row = int64_t(blockIdx.x) * 4 + warp;
-    const int prob = blockIdx.y;
+    const auto [lane, prob, row, mat, bad] = warp_row(ids, count);
     if (row >= rows) return;
-    const int64_t mat = ids ? int64_t(ids[prob]) : int64_t(prob);
-    const bool bad = mat < 0 || mat >= count;
     float acc[kMaxMatvecTokens] = {};
     if (!bad) {
         const float4* wr = reinterpret_cast<const float4*>(w + size_t(mat) * matrix_floats + size_t(row) * row_floats);
