@@ -22,6 +22,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 
 #include "backend/cuda/common.cuh"
 
@@ -680,9 +682,16 @@ int tc_blocks_per_sm(size_t smem) {
         return true;
     }();
     (void)attr_set;
+    // Asked for every product (twice with the workspace size): the few shared-memory sizes a
+    // model uses are answered once.
+    static std::mutex mu;
+    static std::map<size_t, int> known;
+    std::lock_guard<std::mutex> lk(mu);
+    if (auto it = known.find(smem); it != known.end()) return it->second;
     int per_sm = 0;
     DSV4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tc_matvec_kernel<TYPE>, kThreads, smem));
     if (per_sm < 1) fail("CUDA matvec: a block of ", smem, " bytes of shared memory does not fit a multiprocessor");
+    known[smem] = per_sm;
     return per_sm;
 }
 
