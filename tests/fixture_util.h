@@ -1,11 +1,13 @@
 // Access to the transformers reference fixtures (tests/fixtures/<name>/), shared by the tests
 // that run the engine on them.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +38,18 @@ inline std::vector<int32_t> fixture_tokens(const std::string& name) {
     int32_t t;
     while (in >> t) out.push_back(t);
     return out;
+}
+
+// BOS, then the model's encoding of models/retrieval_filler.txt, the first n ids in all: the
+// text the tests of the shipped model run it on.
+inline std::vector<int32_t> filler_tokens(const Model& m, int64_t n) {
+    Tokenizer tok(m.file());
+    std::ifstream in(source_dir() / "models" / "retrieval_filler.txt");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<int32_t> ids = {m.config().bos};
+    for (int32_t id : tok.encode(text.substr(0, 20000), false)) ids.push_back(id);
+    ids.resize(size_t(std::min<int64_t>(n, int64_t(ids.size()))));
+    return ids;
 }
 
 // logits.f32: transformers' logits, [n_tokens, vocab].

@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
+#include "fixture_util.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -152,26 +153,12 @@ TEST(DefaultModel, GreedyContinuationsMatchTransformers) {
     EXPECT_LE(ties, 2);  // near-ties are rare: measured 1 in 144 steps
 }
 
-namespace {
-
-// The CUDA model test's input (tests/cuda/test_cuda_model.cpp): BOS and 599 tokens of the filler.
-std::vector<int32_t> filler_tokens(int64_t n) {
-    Tokenizer tok(model().file());
-    const std::string text = test::read_text((kSource / "models" / "retrieval_filler.txt").string());
-    std::vector<int32_t> ids = {model().config().bos};
-    for (int32_t id : tok.encode(text.substr(0, 20000), false)) ids.push_back(id);
-    ids.resize(size_t(std::min<int64_t>(n, int64_t(ids.size()))));
-    return ids;
-}
-
-}  // namespace
-
 // The indexer's top-k gap observer (backend/cpu/attention.h), which backend comparisons use to
 // find where rounding alone may change a pick: called once for every CSA query whose visible rows
 // outnumber top_k, with the query's position and a non-negative gap, and not once it is unset.
 TEST(DefaultModel, TopkGapObserverSeesEverySelectionThatDropsRows) {
     const ModelConfig& c = model().config();
-    const std::vector<int32_t> tokens = filler_tokens(600);
+    const std::vector<int32_t> tokens = test::filler_tokens(model(), 600);
     const int64_t T = int64_t(tokens.size());
     int64_t expected = 0;
     for (int l = 0; l < c.n_layers; ++l)

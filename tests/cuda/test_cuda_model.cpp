@@ -172,16 +172,6 @@ TEST(CudaGraphs, DecodeEqualsPlainLaunchesBitwise) {
 
 std::string embedded_model() { return (test::source_dir() / "models" / "dsv4-tiny.gguf").string(); }
 
-std::vector<int32_t> text_tokens(const Model& m, int64_t n) {
-    Tokenizer tok(m.file());
-    std::ifstream in(test::source_dir() / "models" / "retrieval_filler.txt");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::vector<int32_t> ids = {m.config().bos};
-    for (int32_t id : tok.encode(text.substr(0, 20000), false)) ids.push_back(id);
-    ids.resize(size_t(std::min<int64_t>(n, int64_t(ids.size()))));
-    return ids;
-}
-
 // The embedded model (Q8_0 weights: the tensor-core matvec and the tiled GEMM both dequantise
 // in their kernels) over 600 tokens of text, prefilled in bands and decoded token by token.
 // The CSA indexer's top-k is a discrete choice: where the reference's k-th and (k+1)-th scores
@@ -193,7 +183,7 @@ std::vector<int32_t> text_tokens(const Model& m, int64_t n) {
 TEST(CudaEmbedded, MatchesCpu) {
     REQUIRE_DEVICE();
     Model cpu(embedded_model()), gpu(embedded_model(), "cuda");
-    auto tokens = text_tokens(cpu, 600);
+    auto tokens = test::filler_tokens(cpu, 600);
     const int64_t V = cpu.config().vocab;
     std::atomic<int64_t> first_tie{INT64_MAX};
     cpu::set_topk_gap_observer([&](int64_t pos, float gap) {
@@ -220,7 +210,7 @@ TEST(CudaEmbedded, MtpMatchesCpu) {
     REQUIRE_DEVICE();
     Model cpu(embedded_model()), gpu(embedded_model(), "cuda");
     ASSERT_TRUE(cpu.has_mtp());
-    auto tokens = text_tokens(cpu, 200);
+    auto tokens = test::filler_tokens(cpu, 200);
     const int64_t T = int64_t(tokens.size()) - 1, V = cpu.config().vocab;
     const int64_t nD = int64_t(cpu.config().hc_mult) * cpu.config().hidden;
     std::vector<float> hidden(size_t(T * nD));
