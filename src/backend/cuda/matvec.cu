@@ -12,12 +12,21 @@
 //     tokens the n = 8 side (tokens >= T are zero), and the weights are dequantised from shared
 //     memory into the A fragments. The eight warps' partial sums are added in shared memory at the
 //     end of each tile.
-//   * The packed x (see pack_x) of the block's column range sits in shared memory for the whole
-//     kernel. The k order inside each 32-column block is permuted (lane quad t owns columns
+//   * The block packs x itself, while its first weight stages are in flight: the columns of its
+//     split, per token as two 16-bit limbs x = hi + lo (f16 limbs with a power-of-two scale, or
+//     bf16 limbs for BF16 weights), kept in shared memory for the whole kernel. No separate
+//     packing launch: at decode that launch cost more than many of the products. The k order
+//     inside each 32-column block is permuted (lane quad t owns columns
 //     4t..4t+3 and 16+4t..16+4t+3 of the block, for the weights and for x alike): a dot product
 //     does not care about the order of its terms, and this order lets each lane read its
 //     weight bytes as two 4-byte words that no other lane of its row touches, with the rows of a
 //     warp in distinct shared-memory banks (row slots are padded for that).
+//   * Columns are split over blocks when the packed x would not fit shared memory, or when the
+//     tiles of all problems leave multiprocessors idle (a [512, 4096] matrix is 16 tiles for 132
+//     multiprocessors). Up to 8 splits of a tile form one thread-block cluster and the first block
+//     adds their sums from the others' shared memory in rank order; more splits write partial
+//     sums to the workspace and a second kernel adds them in split order. Either way the result
+//     is deterministic.
 #include "backend/cuda/matvec.h"
 
 #include <algorithm>
@@ -25,9 +34,13 @@
 #include <map>
 #include <mutex>
 
+#include <cooperative_groups.h>
+
 #include "backend/cuda/common.cuh"
 
 namespace dsv4::cuda {
+
+namespace cg = cooperative_groups;
 
 namespace {
 
@@ -74,15 +87,19 @@ struct TcParams {
     int64_t rows;
     int64_t count;          // matrices in the stack
     const int32_t* ids;     // [n] or null
-    const uint8_t* xp;      // packed x rows, xrow_bytes apart
-    const float* xscale;    // per packed row
-    size_t xrow_bytes;
-    int x_per_problem;      // 1: problem p's tokens are packed rows p*T.., 0: rows 0..T-1
+    const float* x;         // problem p, token t: x + p * x_stride + t * ldx
+    int64_t ldx, x_stride;
     float* y;
     int64_t ldy, y_stride;
     int T, nb, kb_per_split, tiles, xs_stride, xs_bytes;
-    float* partial;         // split columns: [split][problem][token][rows] partial sums, else null
+    float* partial;         // splits added in global memory: [split][problem][token][rows], else null
+    int cluster;            // 1: the splits of a tile are one cluster, added through its shared memory
 };
+
+// Shared memory past the stages and the warps' partial sums: per token the x scale and its
+// inverse, the block's result of a tile (read by the cluster's first block), per token and warp
+// the max |x| of the split.
+constexpr int kTailFloats = 2 * kMaxMatvecTokens + kTileRows * kMaxMatvecTokens + kMaxMatvecTokens * kWarps;
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
@@ -158,17 +175,10 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
     const int ntile = bx < p.tiles ? (p.tiles - 1 - bx) / int(gridDim.x) + 1 : 0;
     const int S = ntile * nks;
 
-    // The packed x of this problem's tokens, column blocks [kb0, kb1), into shared memory
-    // (committed with stage 0, so the first wait covers it).
-    const int xrow0 = p.x_per_problem ? prob * T : 0;
-    {
-        const int per_tok = (kb1 - kb0) * (kXBlockBytes / 16);
-        const uint8_t* src = p.xp + size_t(xrow0) * p.xrow_bytes + size_t(kb0) * kXBlockBytes;
-        for (int i = tid; i < T * per_tok; i += kThreads) {
-            const int n = i / per_tok, c = i - n * per_tok;
-            cp_async16(xs + n * p.xs_stride + c * 16, src + size_t(n) * p.xrow_bytes + size_t(c) * 16, 16);
-        }
-    }
+    float* xsc = red + kRedBytes / 4;               // [T] scale 2^e of each token's limbs
+    float* xinv = xsc + kMaxMatvecTokens;           // [T] 2^-e
+    float* tile_out = xinv + kMaxMatvecTokens;      // [T][32] this block's sums of a tile
+    float* wmax = tile_out + kTileRows * kMaxMatvecTokens;  // [T][warps]
 
     auto stage_geometry = [&](int s, int& row0, int& cb0, int& ncb, int& ks) {
         const int k = s / nks;
@@ -200,6 +210,62 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) load_stage(s);
+
+    // While the first stages are in flight: this problem's x, columns [kb0, kb1) of each token,
+    // into shared memory as limbs (see pack_limbs). f16 limbs carry a power-of-two scale per token
+    // and split that puts max|x| in [2^14, 2^15): no overflow, and both limbs stay normal numbers
+    // for every value within 2^24 of the largest. Each split's own scale is as exact as one for
+    // the whole row, since the split's partial sum is scaled back before the splits are added.
+    {
+        const float* xb = p.x + prob * p.x_stride + kb0 * 32;
+        const int ncol = (kb1 - kb0) * 32;
+        if constexpr (!F::kBf16Limbs) {
+            for (int n = 0; n < T; ++n) {
+                float m = 0.0f;
+                for (int k = tid; k < ncol; k += kThreads) m = fmaxf(m, fabsf(xb[n * p.ldx + k]));  // NaN is skipped
+                for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+                if (lane == 0) wmax[n * kWarps + warp] = m;
+            }
+            __syncthreads();
+            if (tid < T) {
+                float m = 0.0f;
+                for (int w = 0; w < kWarps; ++w) m = fmaxf(m, wmax[tid * kWarps + w]);
+                int e = 0;
+                if (m > 0.0f && m <= 3.0e38f) {
+                    int ex;
+                    frexpf(m, &ex);  // m in [2^(ex-1), 2^ex)
+                    e = max(-100, min(100, ex - 15));  // keeps 2^±e a normal float
+                }
+                xsc[tid] = ldexpf(1.0f, e);
+                xinv[tid] = ldexpf(1.0f, -e);
+            }
+        } else if (tid < T) {
+            xsc[tid] = 1.0f;
+            xinv[tid] = 1.0f;
+        }
+        __syncthreads();
+        for (int i = tid; i < T * ncol; i += kThreads) {
+            const int n = i / ncol, k = i - n * ncol;
+            const float v = xb[n * p.ldx + k] * xinv[n];  // exact: a power of two
+            // The k order inside a 32-column block: lane quad t owns 4t..4t+3 and 16+4t..16+4t+3.
+            const int j = k & 31;
+            const int pos = j < 16 ? (j >> 2) * 8 + (j & 3) : ((j - 16) >> 2) * 8 + 4 + (j & 3);
+            uint16_t hi, lo;
+            if constexpr (F::kBf16Limbs) {
+                const __nv_bfloat16 h = __float2bfloat16_rn(v);
+                hi = __bfloat16_as_ushort(h);
+                lo = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(h)));
+            } else {
+                const __half h = __float2half_rn(v);
+                hi = __half_as_ushort(h);
+                lo = __half_as_ushort(__float2half_rn(v - __half2float(h)));
+            }
+            uint16_t* blk = reinterpret_cast<uint16_t*>(xs + n * p.xs_stride + (k >> 5) * kXBlockBytes);
+            blk[pos] = hi;
+            blk[32 + pos] = lo;
+        }
+        // The loop's first barrier publishes the limbs before any warp reads them.
+    }
 
     float acc[2][4] = {};
     for (int s = 0; s < S; ++s) {
@@ -284,74 +350,36 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
                 float v = 0.0f;
 #pragma unroll
                 for (int w = 0; w < kWarps; ++w) v += red[((w * 2 + sub) * 32 + src_lane) * 4 + e];
-                v = bad ? __int_as_float(0x7fc00000) : v * p.xscale[xrow0 + n];
-                if (p.partial)
+                v = bad ? __int_as_float(0x7fc00000) : v * xsc[n];
+                if (p.cluster)
+                    tile_out[n * kTileRows + r] = v;
+                else if (p.partial)
                     p.partial[((size_t(blockIdx.z) * gridDim.y + prob) * T + n) * p.rows + row] = v;
                 else
                     p.y[prob * p.y_stride + n * p.ldy + row] = v;
+            }
+            if (p.cluster) {
+                // The splits of this tile are the blocks of one cluster (same tiles, in the same
+                // order): the first adds their results in rank order (deterministic).
+                cg::cluster_group cluster = cg::this_cluster();
+                cluster.sync();
+                if (cluster.block_rank() == 0) {
+                    const unsigned C = cluster.num_blocks();
+                    for (int o = tid; o < kTileRows * T; o += kThreads) {
+                        const int n = o / kTileRows, r = o - n * kTileRows;
+                        const int64_t row = row0 + r;
+                        if (row >= p.rows) continue;
+                        float v = 0.0f;
+                        for (unsigned q = 0; q < C; ++q) v += cluster.map_shared_rank(tile_out, q)[o];
+                        p.y[prob * p.y_stride + n * p.ldy + row] = v;
+                    }
+                }
+                cluster.sync();  // tile_out is rewritten at the next tile's end
             }
             // The next write of red follows the next top-of-loop barrier, after these reads.
         }
     }
     cp_async_wait<0>();  // no copy may still target shared memory when the block exits
-}
-
-// Packs rows of x into limbs: blocks (r, c) handle packed row r (problem r / T, token r % T),
-// column blocks [c * kPackBlocks, (c + 1) * kPackBlocks). Every block of a row finds the row's
-// max |x| itself (the row is small and in L2), so decode's single row is packed by many blocks
-// at once instead of one.
-// Layout per row: for each 32-column block, 64 bytes of hi limbs then 64 bytes of lo limbs,
-// each in the permuted order 4t..4t+3, 16+4t..16+4t+3 for t = 0..3 (see the kernel). f16 limbs
-// carry a power-of-two scale 2^e per row that puts max|x| in [2^14, 2^15): no overflow, and
-// both limbs stay normal numbers for every value within 2^24 of the largest.
-constexpr int kPackBlocks = 16;
-
-template <bool BF16>
-__global__ void pack_x_kernel(const float* x, int64_t ldx, int64_t x_stride, int T, int nb, uint8_t* out,
-                              size_t xrow_bytes, float* scale) {
-    const int r = blockIdx.x;
-    const float* xr = x + (r / T) * x_stride + (r % T) * ldx;
-    const int K = nb * 32;
-    uint8_t* o = out + size_t(r) * xrow_bytes;
-    float inv = 1.0f, sc = 1.0f;
-    if constexpr (!BF16) {
-        __shared__ float wmax[32];
-        float m = 0.0f;
-        for (int k = threadIdx.x; k < K; k += blockDim.x) m = fmaxf(m, fabsf(xr[k]));  // NaN is skipped
-        for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-        if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
-        __syncthreads();
-        m = 0.0f;
-        for (int i = 0; i < int(blockDim.x >> 5); ++i) m = fmaxf(m, wmax[i]);
-        int e = 0;
-        if (m > 0.0f && m <= 3.0e38f) {
-            int ex;
-            frexpf(m, &ex);  // m in [2^(ex-1), 2^ex)
-            e = max(-100, min(100, ex - 15));  // keeps 2^±e a normal float
-        }
-        inv = ldexpf(1.0f, -e);
-        sc = ldexpf(1.0f, e);
-    }
-    const int k1 = min(K, int(blockIdx.y + 1) * kPackBlocks * 32);
-    for (int k = int(blockIdx.y) * kPackBlocks * 32 + threadIdx.x; k < k1; k += blockDim.x) {
-        const float v = xr[k] * inv;  // exact: a power of two
-        const int cb = k >> 5, j = k & 31;
-        const int pos = j < 16 ? (j >> 2) * 8 + (j & 3) : ((j - 16) >> 2) * 8 + 4 + (j & 3);
-        uint16_t hi, lo;
-        if constexpr (BF16) {
-            const __nv_bfloat16 h = __float2bfloat16_rn(v);
-            hi = __bfloat16_as_ushort(h);
-            lo = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(h)));
-        } else {
-            const __half h = __float2half_rn(v);
-            hi = __half_as_ushort(h);
-            lo = __half_as_ushort(__float2half_rn(v - __half2float(h)));
-        }
-        uint16_t* blk = reinterpret_cast<uint16_t*>(o + size_t(cb) * kXBlockBytes);
-        blk[pos] = hi;
-        blk[32 + pos] = lo;
-    }
-    if (threadIdx.x == 0 && blockIdx.y == 0) scale[r] = sc;
 }
 
 // Adds the column splits' partial sums of every output in split order (deterministic).
@@ -634,15 +662,6 @@ void check_args(const DeviceMat& w, const MatvecArgs& a) {
     if (a.n > 1 && a.y_stride == 0) fail("CUDA matvec: ", a.n, " problems would all write y (y_stride = 0)");
 }
 
-int packed_rows(const MatvecArgs& a) { return (a.x_stride == 0 ? 1 : a.n) * a.T; }
-size_t xrow_bytes(const DeviceMat& w) { return size_t(w.cols / 32) * kXBlockBytes; }
-size_t scale_offset(const DeviceMat& w, const MatvecArgs& a) {
-    return (size_t(packed_rows(a)) * xrow_bytes(w) + 255) / 256 * 256;
-}
-size_t packed_bytes(const DeviceMat& w, const MatvecArgs& a) {
-    return scale_offset(w, a) + size_t(packed_rows(a)) * sizeof(float);
-}
-
 bool aligned(const void* p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
 
 void launch_q2k_t1(const DeviceMat& w, const MatvecArgs& a, cudaStream_t stream) {
@@ -663,6 +682,8 @@ void launch_q2k_t1(const DeviceMat& w, const MatvecArgs& a, cudaStream_t stream)
 // How the tensor kernel splits its work: column blocks per split (the packed x of a split must
 // fit shared memory, and more splits are made when the tiles of all problems would leave
 // multiprocessors idle: a [1024, 4096] matrix has 32 tiles for 132 of them), blocks per problem.
+constexpr int kMaxClusterSplits = 8;  // the portable cluster size
+
 struct TcPlan {
     int nsplit = 1, kbps = 0, xs_stride = 0, xs_bytes = 0, bpp = 0;
     size_t smem = 0;
@@ -670,7 +691,7 @@ struct TcPlan {
 
 template <int TYPE>
 size_t tc_fixed_smem() {
-    return size_t(kStages) * kStageBytes<TYPE> + kRedBytes;
+    return size_t(kStages) * kStageBytes<TYPE> + kRedBytes + kTailFloats * sizeof(float);
 }
 
 template <int TYPE>
@@ -725,8 +746,10 @@ TcPlan plan_tc(const DeviceMat& w, const MatvecArgs& a, size_t x_smem_limit) {
         const int64_t want = int64_t(tc_blocks_per_sm<TYPE>(pl.smem)) * lim.sms;
         const int64_t have = tiles * a.n * pl.nsplit;
         if (have < want) {
-            // Whole stages per split, at least one, as many splits as fill the idle slots.
-            const int64_t splits = std::min<int64_t>(stages, (want + tiles * a.n - 1) / (tiles * a.n));
+            // Whole stages per split, at least one, as many splits as fill the idle slots, and
+            // no more than one cluster holds (their sums are added through its shared memory).
+            const int64_t splits = std::min<int64_t>({int64_t(stages), int64_t(kMaxClusterSplits),
+                                                      (want + tiles * a.n - 1) / (tiles * a.n)});
             const int kbps = int((stages + splits - 1) / splits) * F::kScb;
             if (kbps < pl.kbps) finish(pl, kbps);
         }
@@ -741,18 +764,18 @@ TcPlan plan_tc(const DeviceMat& w, const MatvecArgs& a, size_t x_smem_limit) {
     return pl;
 }
 
-// Workspace after the packed x: the splits' partial sums, when there is more than one split.
-size_t split_offset(const DeviceMat& w, const MatvecArgs& a) { return (packed_bytes(w, a) + 255) / 256 * 256; }
+// Workspace: the splits' partial sums, when there are more splits than a cluster holds.
 size_t split_bytes(const TcPlan& pl, const DeviceMat& w, const MatvecArgs& a) {
-    return pl.nsplit > 1 ? size_t(pl.nsplit) * a.n * a.T * size_t(w.rows) * sizeof(float) : 0;
+    return pl.nsplit > kMaxClusterSplits ? size_t(pl.nsplit) * a.n * a.T * size_t(w.rows) * sizeof(float) : 0;
 }
 
 template <int TYPE>
-void launch_tc(const DeviceMat& w, const MatvecArgs& a, const void* ws, size_t ws_bytes, cudaStream_t stream,
+void launch_tc(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_bytes, cudaStream_t stream,
                size_t x_smem_limit) {
     const TcPlan pl = plan_tc<TYPE>(w, a, x_smem_limit);
-    const size_t need = pl.nsplit > 1 ? split_offset(w, a) + split_bytes(pl, w, a) : packed_bytes(w, a);
-    if (ws_bytes < need) fail("CUDA matvec: workspace of ", ws_bytes, " bytes, ", need, " needed");
+    const size_t need = split_bytes(pl, w, a);
+    if (ws_bytes < need || (need && !aligned(ws, 16)))
+        fail("CUDA matvec: workspace of ", ws_bytes, " bytes, ", need, " needed, 16-byte aligned");
     TcParams p{};
     p.w = w.data;
     p.w_bytes = w.bytes();
@@ -761,10 +784,9 @@ void launch_tc(const DeviceMat& w, const MatvecArgs& a, const void* ws, size_t w
     p.rows = w.rows;
     p.count = w.count;
     p.ids = a.ids;
-    p.xp = static_cast<const uint8_t*>(ws);
-    p.xscale = reinterpret_cast<const float*>(static_cast<const uint8_t*>(ws) + scale_offset(w, a));
-    p.xrow_bytes = xrow_bytes(w);
-    p.x_per_problem = a.x_stride != 0;
+    p.x = a.x;
+    p.ldx = a.ldx;
+    p.x_stride = a.x_stride;
     p.y = a.y;
     p.ldy = a.ldy;
     p.y_stride = a.y_stride;
@@ -774,12 +796,22 @@ void launch_tc(const DeviceMat& w, const MatvecArgs& a, const void* ws, size_t w
     p.tiles = int((w.rows + kTileRows - 1) / kTileRows);
     p.xs_stride = pl.xs_stride;
     p.xs_bytes = pl.xs_bytes;
-    p.partial = pl.nsplit > 1
-                    ? reinterpret_cast<float*>(static_cast<uint8_t*>(const_cast<void*>(ws)) + split_offset(w, a))
-                    : nullptr;
+    p.partial = need ? static_cast<float*>(ws) : nullptr;
+    p.cluster = pl.nsplit > 1 && !need;
     if (a.n > 65535 || pl.nsplit > 65535) fail("CUDA matvec: grid of ", a.n, " problems x ", pl.nsplit, " splits");
-    tc_matvec_kernel<TYPE><<<dim3(unsigned(pl.bpp), unsigned(a.n), unsigned(pl.nsplit)), kThreads, pl.smem, stream>>>(p);
-    DSV4_LAUNCH_CHECK();
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(pl.bpp), unsigned(a.n), unsigned(pl.nsplit));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = pl.smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = p.cluster ? unsigned(pl.nsplit) : 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, tc_matvec_kernel<TYPE>, p));
     if (p.partial) {
         const int64_t total = int64_t(a.n) * a.T * w.rows;
         add_splits_kernel<<<unsigned(std::min<int64_t>((total + 255) / 256, 4096)), 256, 0, stream>>>(
@@ -788,18 +820,18 @@ void launch_tc(const DeviceMat& w, const MatvecArgs& a, const void* ws, size_t w
     }
 }
 
-// Workspace of the tensor path: the packed x, and the splits' partial sums when there are any.
+// Workspace of the tensor path: the splits' partial sums when they are added in global memory.
 size_t tc_workspace_bytes(const DeviceMat& w, const MatvecArgs& a, size_t x_smem_limit) {
     // At most 8 column blocks are one stage for every type, whose x fits unless a test lowers
     // the limit: never split (and no device query, so the argument checks run without a device).
-    if (w.cols / 32 <= 8 && x_smem_limit == 0) return packed_bytes(w, a);
+    if (w.cols / 32 <= 8 && x_smem_limit == 0) return 0;
     TcPlan pl;
     switch (int(w.type)) {
         case kQ8_0: pl = plan_tc<kQ8_0>(w, a, x_smem_limit); break;
         case kF16: pl = plan_tc<kF16>(w, a, x_smem_limit); break;
         default: pl = plan_tc<kBF16>(w, a, x_smem_limit); break;
     }
-    return pl.nsplit > 1 ? split_offset(w, a) + split_bytes(pl, w, a) : packed_bytes(w, a);
+    return split_bytes(pl, w, a);
 }
 
 }  // namespace
@@ -831,43 +863,15 @@ size_t matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a, MatvecOpt
     return use_tensor(w, opt) ? tc_workspace_bytes(w, a, opt.x_smem_limit) : 0;
 }
 
-void pack_x(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t workspace_bytes, Stream stream) {
-    check_args(w, a);
-    if (!tensor_path_supported(w)) fail("CUDA pack_x: ", gguf::type_name(w.type), " weights take the simple path");
-    if (workspace_bytes < packed_bytes(w, a) || (reinterpret_cast<uintptr_t>(workspace) & 15) != 0)
-        fail("CUDA matvec: workspace of ", workspace_bytes, " bytes, ", packed_bytes(w, a),
-             " needed, 16-byte aligned");
-    uint8_t* out = static_cast<uint8_t*>(workspace);
-    float* scale = reinterpret_cast<float*>(out + scale_offset(w, a));
-    const int nb = int(w.cols / 32);
-    const dim3 grid(unsigned(packed_rows(a)), unsigned((nb + kPackBlocks - 1) / kPackBlocks));
-    if (int(w.type) == kBF16)
-        pack_x_kernel<true><<<grid, 256, 0, stream>>>(a.x, a.ldx, a.x_stride, a.T, nb, out, xrow_bytes(w), scale);
-    else
-        pack_x_kernel<false><<<grid, 256, 0, stream>>>(a.x, a.ldx, a.x_stride, a.T, nb, out, xrow_bytes(w), scale);
-    DSV4_LAUNCH_CHECK();
-}
-
-void matvec_packed(const DeviceMat& w, const MatvecArgs& a, const void* workspace, size_t workspace_bytes,
-                   Stream stream, MatvecOptions opt) {
-    check_args(w, a);
-    if (!tensor_path_supported(w)) fail("CUDA matvec_packed: ", gguf::type_name(w.type), " weights take the simple path");
-    if (workspace_bytes < packed_bytes(w, a) || (reinterpret_cast<uintptr_t>(workspace) & 15) != 0)
-        fail("CUDA matvec: workspace of ", workspace_bytes, " bytes, ", packed_bytes(w, a),
-             " needed, 16-byte aligned");
-    switch (int(w.type)) {
-        case kQ8_0: launch_tc<kQ8_0>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
-        case kF16: launch_tc<kF16>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
-        case kBF16: launch_tc<kBF16>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
-    }
-}
-
 void matvec(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t workspace_bytes, Stream stream,
             MatvecOptions opt) {
     check_args(w, a);
     if (use_tensor(w, opt)) {
-        pack_x(w, a, workspace, workspace_bytes, stream);
-        matvec_packed(w, a, workspace, workspace_bytes, stream, opt);
+        switch (int(w.type)) {
+            case kQ8_0: launch_tc<kQ8_0>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
+            case kF16: launch_tc<kF16>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
+            case kBF16: launch_tc<kBF16>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
+        }
         return;
     }
     if (a.n > 65535) fail("CUDA matvec: ", a.n, " problems");

@@ -5,12 +5,12 @@
 // Two implementations:
 //   Tensor (Q8_0, F16, BF16; cols % 32 == 0): weights streamed once through shared memory with
 //     16-byte asynchronous copies and multiplied on the tensor cores (mma.sync m16n8k16, tokens
-//     as the n = 8 side). The activations are first packed (pack_x) as two 16-bit limbs per
+//     as the n = 8 side). Each block first converts its columns of x into two 16-bit limbs per
 //     value, x = hi + lo, so the products keep about 22 (f16 limbs) or 16 (bf16 limbs) bits of
 //     x: float32-grade results, not bf16-grade. Q8_0 and F16 weights are exact in f16, so their
-//     x limbs are f16 with a per-token power-of-two scale (no overflow, no precision lost);
-//     BF16 weights use bf16 limbs. Q8_0's block scale multiplies each 32-column partial sum in
-//     float32, as the CPU reference does.
+//     x limbs are f16 with a power-of-two scale (no overflow, no precision lost); BF16 weights
+//     use bf16 limbs. Q8_0's block scale multiplies each 32-column partial sum in float32, as
+//     the CPU reference does. Column splits are added in a fixed order (deterministic).
 //   Simple (every type, any whole blocks of cols): one warp per output row, float32 on the CUDA
 //     cores, each value read through load_elem. The oracle for every other path, and the path
 //     for MXFP4 weights.
@@ -49,27 +49,21 @@ enum class MatvecPath { Auto, Simple, Tensor };
 struct MatvecOptions {
     MatvecPath path = MatvecPath::Auto;  // Auto: Tensor where supported, else Simple
     // Upper bound on the shared memory that holds the packed x of one block (0: all that fits).
-    // When x does not fit, the columns are split over blocks that add their partial sums
-    // atomically; tests lower this to exercise that path on small shapes.
+    // When x does not fit, the columns are split over blocks whose partial sums are added in a
+    // fixed order; tests lower this to exercise that path on small shapes.
     size_t x_smem_limit = 0;
 };
 
 // Whether the tensor path takes this weight (type Q8_0, F16 or BF16, cols a multiple of 32).
 bool tensor_path_supported(const DeviceMat& w);
 
-// Bytes of workspace matvec needs for these arguments (0 on the simple path): the packed x.
+// Bytes of workspace matvec needs for these arguments: 0 except on the tensor path when the
+// columns are split over more blocks than one cluster holds (x too wide for shared memory).
 size_t matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a, MatvecOptions opt = {});
 
 // y = x · Wᵀ for every problem, asynchronously on the stream. Throws (naming the value) on bad
 // arguments: T outside 1..8, a type or shape the chosen path does not take, a workspace too small.
 void matvec(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t workspace_bytes, Stream stream = nullptr,
             MatvecOptions opt = {});
-
-// The two halves of the tensor path, for callers that multiply one packed input by several
-// matrices of the same type and cols (and for the benchmark, which times the second alone):
-// pack_x writes the packed x of a into the workspace; matvec_packed multiplies it.
-void pack_x(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t workspace_bytes, Stream stream = nullptr);
-void matvec_packed(const DeviceMat& w, const MatvecArgs& a, const void* workspace, size_t workspace_bytes,
-                   Stream stream = nullptr, MatvecOptions opt = {});
 
 }  // namespace dsv4::cuda
