@@ -3,14 +3,17 @@
 //
 // x is packed once per call (pack_kernel) into two 16-bit limbs per value, x = hi + lo:
 //   * f16 limbs with a per-token power-of-two scale 2^e that puts max|x| of the token in
-//     [2^14, 2^15) ([2^10, 2^11) for Q2_K) (Q8_0, F16, Q2_K weights, whose quants are exact in f16): about 22 bits of x,
-//     no overflow (a Q2_K sub-block sum of 16 values stays below 2^15), and both limbs normal
-//     for every value within 2^13 of the largest (smaller ones lose only absolute precision
-//     below 2^-35 of the largest);
+//     [2^14, 2^15) (Q8_0, F16, Q2_K weights, whose quants are exact in f16): about 22 bits of x,
+//     and both limbs normal for every value within 2^13 of the largest (smaller ones lose only
+//     absolute precision below 2^-35 of the largest);
 //   * bf16 limbs, unscaled, for BF16 weights (about 16 bits of x).
 // Layout of a packed row: per 32-column block 128 bytes, hi[32] then lo[32], natural column order;
-// Q2_K adds per 256-column super-block 64 bytes: the sums of the 16 sub-blocks (same scale,
-// float32 sums split into hi[16], lo[16]); one float per row undoes the scale.
+// Q2_K adds per 256-column super-block 64 bytes: the sums of the 16 sub-blocks, times a further
+// 2^-4 so that a sum of 16 values below 2^15 stays inside f16 (float32 sums split into hi[16],
+// lo[16]; the kernel multiplies dmin by 16 to undo it). Giving the sums their own scale keeps x
+// itself at 22 bits: scaling all of x down instead (to [2^10, 2^11)) cost 4 bits, and d * P -
+// dmin * Pm cancels, which took the results past the float32-grade bound. One float per row
+// undoes the token's scale.
 //
 // Kernel: a block of 8 warps computes 128 weight rows x 128 tokens; warp (wr, wc) = (warp / 4,
 // warp % 4) owns rows 64 wr .. +63 and tokens 32 wc .. +31 (4 m16 x 4 n8 fragments), walking the
@@ -290,8 +293,9 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
                     uint32_t am[4];
                     ldsm_x4(am, mbase + m_off + i * 16 * kMLd);
                     const int r0 = wr * 64 + 16 * i + g;
-                    const float d0 = dd[2 * r0], dm0 = dd[2 * r0 + 1];
-                    const float d1 = dd[2 * (r0 + 8)], dm1 = dd[2 * (r0 + 8) + 1];
+                    // dmin * 16: the sums were stored times 2^-4 (exact either way).
+                    const float d0 = dd[2 * r0], dm0 = 16.0f * dd[2 * r0 + 1];
+                    const float d1 = dd[2 * (r0 + 8)], dm1 = 16.0f * dd[2 * (r0 + 8) + 1];
 #pragma unroll
                     for (int j = 0; j < 4; ++j) {
                         float pm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -356,9 +360,8 @@ __global__ void __launch_bounds__(128) pack_kernel(const float* x, int64_t ldx, 
         if (m > 0.0f && m <= 3.0e38f) {
             int ex;
             frexpf(m, &ex);                     // m in [2^(ex-1), 2^ex)
-            // max |x| 2^-e in [2^14, 2^15) (as matvec packs), or [2^10, 2^11) for Q2_K, whose sums of
-            // 16 values must stay inside f16 too; 2^±e a normal float.
-            e = max(-100, min(100, ex - (SUMS ? 11 : 15)));
+            // max |x| 2^-e in [2^14, 2^15) (as matvec packs); 2^±e a normal float.
+            e = max(-100, min(100, ex - 15));
         }
         inv = ldexpf(1.0f, -e);
         sc = ldexpf(1.0f, e);
@@ -393,8 +396,9 @@ __global__ void __launch_bounds__(128) pack_kernel(const float* x, int64_t ldx, 
         dst[4] = make_uint4(lw[0], lw[1], lw[2], lw[3]);  // + 64 bytes: the lo limbs
         dst[5] = make_uint4(lw[4], lw[5], lw[6], lw[7]);
         if constexpr (SUMS) {
-            const __half hs = __float2half_rn(sum);
-            const __half ls = __float2half_rn(sum - __half2float(hs));
+            const float s16 = sum * 0.0625f;  // |sum| < 2^19: times 2^-4 (exact) stays inside f16
+            const __half hs = __float2half_rn(s16);
+            const __half ls = __float2half_rn(s16 - __half2float(hs));
             __half* sd = reinterpret_cast<__half*>(xs + size_t(r) * xsrow_bytes + size_t(grp >> 4) * kSBlk);
             sd[grp & 15] = hs;
             sd[16 + (grp & 15)] = ls;
@@ -492,10 +496,9 @@ void check_ws(const DeviceMat& w, int64_t n_rows, const void* ws, size_t ws_byte
 
 bool tc_supported(const DeviceMat& w) {
     const int t = int(w.type);
-    // F16, BF16 and Q2_K are implemented but not offered: on the H200 (2026-12-03) their results
-    // missed the float32-grade bound of the tests (F16 and BF16 by up to 1.2x, Q2_K by up to 8x:
-    // d * P - dmin * Pm cancels), so they take the float32 kernel until that is fixed.
-    return t == kQ8_0 && w.cols % 32 == 0 && w.cols >= 32;
+    // F16 and BF16 are implemented but not offered: on the H200 (2026-12-03) their results missed
+    // the float32-grade bound of the tests by up to 1.2x, so they take the float32 kernel.
+    return (t == kQ8_0 || t == kQ2_K) && w.cols % 32 == 0 && w.cols >= 32;
 }
 
 size_t tc_workspace_bytes(const DeviceMat& w, int64_t n_rows) { return layout(w, n_rows).total; }
