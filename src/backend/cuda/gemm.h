@@ -4,7 +4,7 @@
 //
 // Paths (GemmPath::Auto):
 //   * T <= kMaxMatvecTokens: matvec (the decode weight stream);
-//   * T >= kMinTensorTokens and Q8_0 or Q2_K weights (F16 and BF16 forms exist but are off, gemm_tc.cu) with cols % 32 == 0: the tensor
+//   * T >= kMinTensorTokens and Q8_0 weights (F16, BF16 and Q2_K forms exist but are off, gemm_tc.cu) with cols % 32 == 0: the tensor
 //     path (gemm_tc.cu): x packed once per call into two 16-bit limbs (x = hi + lo; f16 limbs with
 //     a per-token power-of-two scale for Q8_0/F16/Q2_K, bf16 limbs for BF16), two mma.sync per
 //     fragment with float32 accumulation, weights dequantised inside the kernel, block scales
@@ -38,7 +38,7 @@ struct GemmOptions {
     GemmPath path = GemmPath::Auto;
 };
 
-// Whether the tensor path takes this weight (type Q8_0 or Q2_K, cols % 32 == 0).
+// Whether the tensor path takes this weight (type Q8_0, cols % 32 == 0).
 bool gemm_tensor_supported(const DeviceMat& w);
 
 class GemmWorkspace {
