@@ -9,13 +9,13 @@
 // Tolerance, per output: |cuda - cpu| <= tol * sum_k |x_k| |w_k| (the scale of any rounding in
 // the dot product), with
 //   tol = 1e-5 on the float32 tiled kernel (float32 FMA in another order),
-//   2e-6 on the tensor kernel with f16 limbs (Q8_0),
+//   2e-6 on the tensor kernel with f16 limbs (Q8_0, Q2_K),
 //   and, where T <= 8 goes to matvec, the matvec test's: 2e-6 on its tensor path with f16 limbs
 //   (Q8_0, F16), 1e-5 with bf16 limbs (BF16), 1e-6 on its simple path;
 // and over the whole output ||cuda - cpu|| / ||cpu|| below 1e-5 (3e-5 for bf16 limbs). A wrong
 // index, a missed step or a race gives errors of the order of the outputs themselves.
 //
-// The tensor kernel (T >= 16 on Q8_0; its F16, BF16 and Q2_K forms are off, gemm_tc.cu) is tested forced (GemmOptions::path) over
+// The tensor kernel (T >= 16 on Q8_0 and Q2_K; its F16 and BF16 forms are off, gemm_tc.cu) is tested forced (GemmOptions::path) over
 // T = 16..1000, rows that leave partial 128-row tiles, 256..4096 columns, strides, slices, the
 // grouped form with workspace, tokens of magnitudes 1e-15..1e15, and against the float32 kernel on
 // the same inputs (and bit-for-bit against itself). The environment variable DSV4_GEMM_PATH, if
@@ -404,7 +404,7 @@ TEST(CudaGemmExperts, NoRowsWritesNothing) {
 
 // ---- the tensor kernel, forced, and against the float32 kernel ----
 
-const TensorType kTensorTypes[] = {TensorType::Q8_0};  // what tc_supported offers
+const TensorType kTensorTypes[] = {TensorType::Q8_0, TensorType::Q2_K};  // what tc_supported offers
 
 cuda::GemmOptions with_path(cuda::GemmPath p) {
     cuda::GemmOptions o;
@@ -633,8 +633,9 @@ TEST(CudaGemmArgs, TensorPathRejectsWhatItDoesNotTake) {
     EXPECT_FALSE(cuda::gemm_tensor_supported(f32));
     EXPECT_FALSE(cuda::gemm_tensor_supported(odd));
     EXPECT_TRUE(cuda::gemm_tensor_supported(fake_mat(TensorType::Q8_0, 4, 64, fake)));
+    EXPECT_TRUE(cuda::gemm_tensor_supported(fake_mat(TensorType::Q2_K, 4, 256, fake)));
     // Implemented but switched off (gemm_tc.cu says why).
-    for (TensorType t : {TensorType::F16, TensorType::BF16, TensorType::Q2_K})
+    for (TensorType t : {TensorType::F16, TensorType::BF16})
         EXPECT_FALSE(cuda::gemm_tensor_supported(fake_mat(t, 4, 256, fake)));
     for (const cuda::DeviceMat& w : {mx, f32, odd})
         EXPECT_THROW(cuda::gemm(w, xy, 64, 20, xy, 4, ws, nullptr, tensor), dsv4::Error);

@@ -10,10 +10,9 @@
 // Layout of a packed row: per 32-column block 128 bytes, hi[32] then lo[32], natural column order;
 // Q2_K adds per 256-column super-block 64 bytes: the sums of the 16 sub-blocks, times a further
 // 2^-4 so that a sum of 16 values below 2^15 stays inside f16 (float32 sums split into hi[16],
-// lo[16]; the kernel multiplies dmin by 16 to undo it). Giving the sums their own scale keeps x
-// itself at 22 bits: scaling all of x down instead (to [2^10, 2^11)) cost 4 bits, and d * P -
-// dmin * Pm cancels, which took the results past the float32-grade bound. One float per row
-// undoes the token's scale.
+// lo[16]; the kernel multiplies the offsets by 16 to undo it). Giving the sums their own scale
+// keeps x itself at 22 bits (scaling all of x down instead cost 4 bits). One float per row undoes
+// the token's scale.
 //
 // Kernel: a block of 8 warps computes 128 weight rows x 128 tokens; warp (wr, wc) = (warp / 4,
 // warp % 4) owns rows 64 wr .. +63 and tokens 32 wc .. +31 (4 m16 x 4 n8 fragments), walking the
@@ -24,15 +23,21 @@
 //   * weights of a step are fetched into registers (each thread 16 values of one row in their
 //     stored format, one step ahead) and written to shared memory as f16/bf16 operands after the
 //     barrier, double-buffered, once per block (not per warp): Q8_0 int8 -> f16 exactly (byte
-//     permute), F16/BF16 as stored, Q2_K q * (sc & 15) (an integer <= 45, exact in f16); rows of
-//     80 bytes (conflict-free ldmatrix).
+//     permute), F16/BF16 as stored, Q2_K as centred quants (2q - 3) * a (a = sc & 15: odd
+//     integers in [-45, 45], exact in f16); rows of 80 bytes (conflict-free ldmatrix).
 //   * Each warp loads its A (weights) and B (x limbs) fragments with ldmatrix.x4 and issues two
 //     MMAs per fragment pair (hi, lo) into a partial sum P.
-//   * Scales in float32, as the CPU reference applies them: Q8_0 acc += d * P after every 32-column
-//     block; Q2_K after each 256-column super-block acc += d * P - dmin * Pm, where Pm is one more
-//     MMA pair: the min codes (sc >> 4, exact in f16) of the 16 sub-blocks against the sub-block
-//     sums of x; F16/BF16 acc = P. The result times the token's 2^e is written once (no atomics:
-//     the summation order is fixed, results are deterministic).
+//   * Scales in float32: Q8_0 acc += d * P after every 32-column block; F16/BF16 acc = P.
+//     Q2_K's weight d a q - dmin m is rewritten as (d / 2) (2q - 3) a + (d / 2) 3a - dmin m: after
+//     every step acc += (d / 2) P, and after each super-block acc += (d / 2) Pa - dmin Pm, two more
+//     MMA pairs of the 16 sub-blocks' codes (3a and the min code m = sc >> 4, exact in f16) against
+//     their sums of x. Why centred: with d a q against dmin m (the stored form) the two terms are
+//     each up to ~15x the output on quantised Gaussian blocks and cancel, and a 32-MMA chain's
+//     float32 accumulation truncates relative to its own size; that missed the float32-grade
+//     bound by up to 2.4x on the H200 (2026-12-04). Centred, the per-step term is no larger than
+//     sum |x||w| and its chain is 4 MMAs, as Q8_0's; only the small offset terms cancel.
+//     The result times the token's 2^e is written once (no atomics: the summation order is
+//     fixed, results are deterministic).
 // gemm_experts runs the same body with blockIdx.z = expert (tokens offsets[e] + 128 blockIdx.x ..).
 #include <algorithm>
 
@@ -45,7 +50,7 @@ namespace {
 constexpr int kBM = 128, kBN = 128, kBK = 32, kThreads = 256, kStages = 4;
 constexpr int kALd = 80;    // bytes per weight row of an A buffer (32 x 16-bit + 16 pad)
 constexpr int kXLd = 144;   // bytes per token of an x stage (32 hi + 32 lo + 16 pad)
-constexpr int kMLd = 48;    // bytes per row of Q2_K min codes (16 x f16 + 16 pad)
+constexpr int kMLd = 80;    // bytes per row of Q2_K codes (16 x f16 min codes, 16 x f16 3 * scale, 16 pad)
 constexpr int kSLd = 80;    // bytes per token of Q2_K sub-block sums (16 hi + 16 lo + 16 pad)
 constexpr int kXBlk = 128;  // packed x bytes per token and 32-column block
 constexpr int kSBlk = 64;   // packed sums per token and 256-column super-block
@@ -115,12 +120,12 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 }
 
 // Four bytes (unsigned 0..255 after the optional sign flip) -> two f16x2, exactly: 0x64XX is the
-// f16 1024 + XX. Signed int8: flip the sign bit (XX = q + 128) and subtract 1152; unsigned
-// (Q2_K's q * sc <= 45): subtract 1024.
+// f16 1024 + XX. Signed int8: flip the sign bit (XX = q + 128) and subtract 1152; unsigned:
+// subtract 1024 + an offset (bias, both halves; Q2_K's centred quants subtract 1024 + 3a).
 template <bool SIGNED>
-__device__ __forceinline__ void bytes_to_f16x2(uint32_t v, uint32_t& lo, uint32_t& hi) {
+__device__ __forceinline__ void bytes_to_f16x2(uint32_t v, uint32_t& lo, uint32_t& hi,
+                                               uint32_t bias = SIGNED ? 0x64806480u : 0x64006400u) {
     const uint32_t u = SIGNED ? (v ^ 0x80808080u) : v;
-    const uint32_t bias = SIGNED ? 0x64806480u : 0x64006400u;
     lo = __byte_perm(u, 0x64646464u, 0x4140);
     hi = __byte_perm(u, 0x64646464u, 0x4342);
     asm("sub.rn.f16x2 %0, %0, %1;\n" : "+r"(lo) : "r"(bias));
@@ -199,14 +204,19 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
             for (int j = 0; j < 4; ++j) bytes_to_f16x2<true>(wck.q[j], h[2 * j], h[2 * j + 1]);
             if (lh == 0) dsm[(s & 1) * 2 * kBM + 2 * lr] = __half2float(__ushort_as_half(uint16_t(wck.d)));
         } else if constexpr (TYPE == kQ2_K) {
-            const uint32_t a = wck.sc & 15u;
+            // Centred quants (2q - 3) * a = 2 q a - 3 a: the bytes 2 q a (<= 90) as f16 1024 + 2qa,
+            // minus 1024 + 3a (exact: integers below 2048).
+            const uint32_t a = wck.sc & 15u, bias = 0x6400u + 3u * a;
 #pragma unroll
             for (int j = 0; j < 4; ++j)
-                bytes_to_f16x2<false>(((wck.q[j] >> wck.shift) & 0x03030303u) * a, h[2 * j], h[2 * j + 1]);
+                bytes_to_f16x2<false>(((wck.q[j] >> wck.shift) & 0x03030303u) * (2u * a), h[2 * j], h[2 * j + 1],
+                                      bias | (bias << 16));
             const int par = (s >> 3) & 1, sub = (s & 7) * 2 + lh;
-            reinterpret_cast<__half*>(msm + par * kMBytes + lr * kMLd)[sub] = __uint2half_rn(wck.sc >> 4);
-            if (lh == 0) {
-                dsm[par * 2 * kBM + 2 * lr] = __half2float(__ushort_as_half(uint16_t(wck.dd & 0xffffu)));
+            __half* codes = reinterpret_cast<__half*>(msm + par * kMBytes + lr * kMLd);
+            codes[sub] = __uint2half_rn(wck.sc >> 4);  // the min code m
+            codes[16 + sub] = __uint2half_rn(3u * a);   // 3 a: the offset's d / 2 * 3 a
+            if (lh == 0 && (s & 7) == 0) {  // d / 2 (exact) and dmin, once: every step reads them
+                dsm[par * 2 * kBM + 2 * lr] = 0.5f * __half2float(__ushort_as_half(uint16_t(wck.dd & 0xffffu)));
                 dsm[par * 2 * kBM + 2 * lr + 1] = __half2float(__ushort_as_half(uint16_t(wck.dd >> 16)));
             }
         } else {
@@ -265,8 +275,8 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
                 }
         }
 
-        if constexpr (TYPE == kQ8_0) {
-            const float* dd = dsm + (s & 1) * 2 * kBM;
+        if constexpr (TYPE == kQ8_0 || TYPE == kQ2_K) {  // acc += d * P (Q2_K: d / 2 of the super-block)
+            const float* dd = dsm + (TYPE == kQ8_0 ? s & 1 : (s >> 3) & 1) * 2 * kBM;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const float d0 = dd[2 * (wr * 64 + 16 * i + g)], d1 = dd[2 * (wr * 64 + 16 * i + g + 8)];
@@ -280,8 +290,9 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
                     for (int c = 0; c < 4; ++c) part[i][j][c] = 0.0f;
                 }
             }
-        } else if constexpr (TYPE == kQ2_K) {
-            if ((s & 7) == 7) {  // the super-block is complete: d * P - dmin * (mins · sums)
+        }
+        if constexpr (TYPE == kQ2_K) {
+            if ((s & 7) == 7) {  // the super-block is complete: its offsets times the sub-block sums
                 const int par = (s >> 3) & 1;
                 const uint32_t mbase = smem_u32(msm + par * kMBytes), sbase = smem_u32(ssm + par * kSBytes);
                 const float* dd = dsm + par * 2 * kBM;
@@ -290,23 +301,25 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
                 for (int j = 0; j < 4; ++j) ldsm_x4(bs[j], sbase + s_off + j * 8 * kSLd);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    uint32_t am[4];
-                    ldsm_x4(am, mbase + m_off + i * 16 * kMLd);
+                    uint32_t am[4], aa[4];
+                    ldsm_x4(am, mbase + m_off + i * 16 * kMLd);       // min codes m
+                    ldsm_x4(aa, mbase + m_off + i * 16 * kMLd + 32);  // 3 a
                     const int r0 = wr * 64 + 16 * i + g;
-                    // dmin * 16: the sums were stored times 2^-4 (exact either way).
-                    const float d0 = dd[2 * r0], dm0 = 16.0f * dd[2 * r0 + 1];
-                    const float d1 = dd[2 * (r0 + 8)], dm1 = 16.0f * dd[2 * (r0 + 8) + 1];
+                    // Times 16: the sums were stored times 2^-4 (exact either way).
+                    const float h0 = 16.0f * dd[2 * r0], dm0 = 16.0f * dd[2 * r0 + 1];
+                    const float h1 = 16.0f * dd[2 * (r0 + 8)], dm1 = 16.0f * dd[2 * (r0 + 8) + 1];
 #pragma unroll
                     for (int j = 0; j < 4; ++j) {
-                        float pm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        float pm[4] = {0.0f, 0.0f, 0.0f, 0.0f}, pa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                         mma16816<false>(pm, am, bs[j][0], bs[j][1]);
                         mma16816<false>(pm, am, bs[j][2], bs[j][3]);
-                        acc[i][j][0] += d0 * part[i][j][0] - dm0 * pm[0];
-                        acc[i][j][1] += d0 * part[i][j][1] - dm0 * pm[1];
-                        acc[i][j][2] += d1 * part[i][j][2] - dm1 * pm[2];
-                        acc[i][j][3] += d1 * part[i][j][3] - dm1 * pm[3];
-#pragma unroll
-                        for (int c = 0; c < 4; ++c) part[i][j][c] = 0.0f;
+                        mma16816<false>(pa, aa, bs[j][0], bs[j][1]);
+                        mma16816<false>(pa, aa, bs[j][2], bs[j][3]);
+                        // The two offset terms cancel where the block is centred: difference first.
+                        acc[i][j][0] += fmaf(h0, pa[0], -dm0 * pm[0]);
+                        acc[i][j][1] += fmaf(h0, pa[1], -dm0 * pm[1]);
+                        acc[i][j][2] += fmaf(h1, pa[2], -dm1 * pm[2]);
+                        acc[i][j][3] += fmaf(h1, pa[3], -dm1 * pm[3]);
                     }
                 }
             }
@@ -496,14 +509,10 @@ void check_ws(const DeviceMat& w, int64_t n_rows, const void* ws, size_t ws_byte
 
 bool tc_supported(const DeviceMat& w) {
     const int t = int(w.type);
-    // F16, BF16 and Q2_K are implemented but not offered: on the H200 their results missed the
-    // float32-grade bound of the tests (F16 and BF16 by up to 1.2x on 2026-12-03; Q2_K by up to
-    // 8x, and by up to 2.4x after the sums got their own scale on 2026-12-04), so they take the
-    // float32 kernel. Q2_K's remaining error: d * P and dmin * Pm are each up to ~15x the output
-    // on random blocks and cancel, and P accumulates 32 mma.sync in one chain, whose float32
-    // accumulation truncates relative to |P| (errors ~2^-22 |P|, observed 0.31 at |y| 67,472).
-    // The way out is smaller terms: centred quants (2q - 3) against one offset per sub-block.
-    return t == kQ8_0 && w.cols % 32 == 0 && w.cols >= 32;
+    // F16 and BF16 are implemented but not offered: on the H200 their results missed the
+    // float32-grade bound of the tests (by up to 1.2x on 2026-12-03), so they take the float32
+    // kernel. Q2_K rows are whole 256-column super-blocks (check_weight in gemm.cu).
+    return (t == kQ8_0 && w.cols % 32 == 0 && w.cols >= 32) || (t == kQ2_K && w.cols % 256 == 0 && w.cols >= 256);
 }
 
 size_t tc_workspace_bytes(const DeviceMat& w, int64_t n_rows) { return layout(w, n_rows).total; }
