@@ -3,16 +3,12 @@
 //
 // x is packed once per call (pack_kernel) into two 16-bit limbs per value, x = hi + lo:
 //   * f16 limbs with a per-token power-of-two scale 2^e that puts max|x| of the token in
-//     [2^14, 2^15) (Q8_0, F16, Q2_K weights, whose quants are exact in f16): about 22 bits of x,
+//     [2^14, 2^15) (Q8_0, F16 and Q2_K weights): about 22 bits of x,
 //     and both limbs normal for every value within 2^13 of the largest (smaller ones lose only
 //     absolute precision below 2^-35 of the largest);
 //   * bf16 limbs, unscaled, for BF16 weights (about 16 bits of x).
-// Layout of a packed row: per 32-column block 128 bytes, hi[32] then lo[32], natural column order;
-// Q2_K adds per 256-column super-block 64 bytes: the sums of the 16 sub-blocks, times a further
-// 2^-4 so that a sum of 16 values below 2^15 stays inside f16 (float32 sums split into hi[16],
-// lo[16]; the kernel multiplies the offsets by 16 to undo it). Giving the sums their own scale
-// keeps x itself at 22 bits (scaling all of x down instead cost 4 bits). One float per row undoes
-// the token's scale.
+// Layout of a packed row: per 32-column block 128 bytes, hi[32] then lo[32], natural column order.
+// One float per row undoes the token's scale.
 //
 // Kernel: a block of 8 warps computes 128 weight rows x 128 tokens; warp (wr, wc) = (warp / 4,
 // warp % 4) owns rows 64 wr .. +63 and tokens 32 wc .. +31 (4 m16 x 4 n8 fragments), walking the
@@ -23,21 +19,22 @@
 //   * weights of a step are fetched into registers (each thread 16 values of one row in their
 //     stored format, one step ahead) and written to shared memory as f16/bf16 operands after the
 //     barrier, double-buffered, once per block (not per warp): Q8_0 int8 -> f16 exactly (byte
-//     permute), F16/BF16 as stored, Q2_K as centred quants (2q - 3) * a (a = sc & 15: odd
-//     integers in [-45, 45], exact in f16); rows of 80 bytes (conflict-free ldmatrix).
+//     permute), F16/BF16 as stored, rows of 80 bytes; Q2_K as two f16 limbs of the weight itself,
+//     w 2^k = hi + lo (w decoded as the CPU does, 2^k per row and super-block from d and dmin so
+//     that every |w| 2^k < 2^15: about 22 bits of each weight), rows of 144 bytes (hi[32] lo[32]).
+//     All row pitches keep ldmatrix conflict-free.
 //   * Each warp loads its A (weights) and B (x limbs) fragments with ldmatrix.x4 and issues two
-//     MMAs per fragment pair (hi, lo) into a partial sum P.
-//   * Scales in float32: Q8_0 acc += d * P after every 32-column block; F16/BF16 acc = P.
-//     Q2_K's weight d a q - dmin m is rewritten as (d / 2) (2q - 3) a + (d / 2) 3a - dmin m: after
-//     every step acc += (d / 2) P, and after each super-block acc += (d / 2) Pa - dmin Pm, two more
-//     MMA pairs of the 16 sub-blocks' codes (3a and the min code m = sc >> 4, exact in f16) against
-//     their sums of x. Why centred: with d a q against dmin m (the stored form) the two terms are
-//     each up to ~15x the output on quantised Gaussian blocks and cancel, and a 32-MMA chain's
-//     float32 accumulation truncates relative to its own size; that missed the float32-grade
-//     bound by up to 2.4x on the H200 (2026-12-04). Centred, the per-step term is no larger than
-//     sum |x||w| and its chain is 4 MMAs, as Q8_0's; only the small offset terms cancel.
-//     The result times the token's 2^e is written once (no atomics: the summation order is
-//     fixed, results are deterministic).
+//     MMAs per fragment pair (hi, lo) into a partial sum P, three for Q2_K (w_hi x_hi, w_hi x_lo,
+//     w_lo x_hi).
+//   * Scales in float32: Q8_0 acc += d * P and Q2_K acc += 2^-k * P after every 32-column step;
+//     F16/BF16 acc = P. The result times the token's 2^e is written once (no atomics: the
+//     summation order is fixed, results are deterministic).
+//   Why Q2_K multiplies limbs of w, not its integer codes: every split of w = d a q - dmin m into
+//   code terms (d a q against dmin m as stored, or centred (d/2)(2q-3)a against one offset per
+//   sub-block) has terms larger than w x that cancel, and mma.sync's float32 accumulation
+//   truncates relative to the largest term: on the H200 (2026-12-04) the stored form missed the
+//   float32-grade bound by up to 2.4x and the centred form by up to 3.3x (at weights near zero
+//   next to large x). With limbs of w every term is w x itself, as for Q8_0.
 // gemm_experts runs the same body with blockIdx.z = expert (tokens offsets[e] + 128 blockIdx.x ..).
 #include <algorithm>
 
@@ -49,23 +46,18 @@ namespace {
 
 constexpr int kBM = 128, kBN = 128, kBK = 32, kThreads = 256, kStages = 4;
 constexpr int kALd = 80;    // bytes per weight row of an A buffer (32 x 16-bit + 16 pad)
+constexpr int kALd2 = 144;  // the same with two limbs (Q2_K: 32 hi + 32 lo + 16 pad)
 constexpr int kXLd = 144;   // bytes per token of an x stage (32 hi + 32 lo + 16 pad)
-constexpr int kMLd = 80;    // bytes per row of Q2_K codes (16 x f16 min codes, 16 x f16 3 * scale, 16 pad)
-constexpr int kSLd = 80;    // bytes per token of Q2_K sub-block sums (16 hi + 16 lo + 16 pad)
 constexpr int kXBlk = 128;  // packed x bytes per token and 32-column block
-constexpr int kSBlk = 64;   // packed sums per token and 256-column super-block
 constexpr int kXStageBytes = kBN * kXLd;
-constexpr int kABytes = kBM * kALd;
-constexpr int kMBytes = kBM * kMLd;
-constexpr int kSBytes = kBN * kSLd;
+template <int TYPE>
+__host__ __device__ constexpr int a_ld() { return TYPE == kQ2_K ? kALd2 : kALd; }
 static_assert(kThreads == 2 * kBM, "one thread per 16-weight half row of a step");
 static_assert(kBK == 32, "a step is one Q8_0 block / two Q2_K sub-blocks");
 
 template <int TYPE>
 constexpr size_t smem_bytes() {
-    size_t b = size_t(kStages) * kXStageBytes + 2 * kABytes + 2 * 2 * kBM * sizeof(float);
-    if (TYPE == kQ2_K) b += 2 * kMBytes + 2 * kSBytes;
-    return b;
+    return size_t(kStages) * kXStageBytes + 2 * size_t(kBM) * a_ld<TYPE>() + 2 * kBM * sizeof(float);
 }
 
 struct TcParams {
@@ -74,8 +66,6 @@ struct TcParams {
     int64_t rows, cols;
     const uint8_t* xp;      // packed limbs, xrow_bytes per row
     size_t xrow_bytes;
-    const uint8_t* xs;      // Q2_K sub-block sums, xsrow_bytes per row
-    size_t xsrow_bytes;
     const float* xscale;    // per packed row
     float* y;
     int64_t ldy;
@@ -121,11 +111,11 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 
 // Four bytes (unsigned 0..255 after the optional sign flip) -> two f16x2, exactly: 0x64XX is the
 // f16 1024 + XX. Signed int8: flip the sign bit (XX = q + 128) and subtract 1152; unsigned:
-// subtract 1024 + an offset (bias, both halves; Q2_K's centred quants subtract 1024 + 3a).
+// subtract 1024.
 template <bool SIGNED>
-__device__ __forceinline__ void bytes_to_f16x2(uint32_t v, uint32_t& lo, uint32_t& hi,
-                                               uint32_t bias = SIGNED ? 0x64806480u : 0x64006400u) {
+__device__ __forceinline__ void bytes_to_f16x2(uint32_t v, uint32_t& lo, uint32_t& hi) {
     const uint32_t u = SIGNED ? (v ^ 0x80808080u) : v;
+    const uint32_t bias = SIGNED ? 0x64806480u : 0x64006400u;
     lo = __byte_perm(u, 0x64646464u, 0x4140);
     hi = __byte_perm(u, 0x64646464u, 0x4342);
     asm("sub.rn.f16x2 %0, %0, %1;\n" : "+r"(lo) : "r"(bias));
@@ -134,13 +124,12 @@ __device__ __forceinline__ void bytes_to_f16x2(uint32_t v, uint32_t& lo, uint32_
 
 template <int TYPE, bool EXPERTS>
 __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) {
-    constexpr bool kBf16 = TYPE == kBF16;
+    constexpr bool kBf16 = TYPE == kBF16, kTwoLimbs = TYPE == kQ2_K;
+    constexpr int ALd = a_ld<TYPE>(), ABytes = kBM * ALd;
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t* xst = smem;                                  // [kStages][kBN][kXLd]
-    uint8_t* ast = xst + kStages * kXStageBytes;          // [2][kBM][kALd]
-    float* dsm = reinterpret_cast<float*>(ast + 2 * kABytes);  // [2][kBM][2]: d (and Q2_K dmin)
-    uint8_t* msm = reinterpret_cast<uint8_t*>(dsm + 2 * 2 * kBM);  // Q2_K [2][kBM][kMLd]
-    uint8_t* ssm = msm + 2 * kMBytes;                              // Q2_K [2][kBN][kSLd]
+    uint8_t* ast = xst + kStages * kXStageBytes;          // [2][kBM][ALd]
+    float* dsm = reinterpret_cast<float*>(ast + 2 * ABytes);  // [2][kBM]: the step's row scale
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3, wr = warp >> 2, wc = warp & 3;
@@ -162,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
     const int nks = int(p.cols / kBK);
     const uint8_t* xb = p.xp + size_t(m0) * p.xrow_bytes;
 
-    // x limbs of step s (and, for Q2_K at a super-block's first step, its sub-block sums).
+    // x limbs of step s.
     auto issue_x = [&](int s) {
         if (s < nks) {
             uint8_t* dst = xst + (s % kStages) * kXStageBytes;
@@ -172,19 +161,6 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
                 const bool ok = n < ntok;
                 const uint8_t* src = ok ? xb + size_t(n) * p.xrow_bytes + size_t(s) * kXBlk + c * 16 : p.xp;
                 cp_async16(dst + n * kXLd + c * 16, src, ok ? 16 : 0);
-            }
-            if constexpr (TYPE == kQ2_K) {
-                if (s % 8 == 0) {
-                    uint8_t* sd = ssm + ((s >> 3) & 1) * kSBytes;
-#pragma unroll
-                    for (int i = tid; i < kBN * 4; i += kThreads) {
-                        const int n = i >> 2, c = i & 3;
-                        const bool ok = n < ntok;
-                        const uint8_t* src =
-                            ok ? p.xs + size_t(m0 + n) * p.xsrow_bytes + size_t(s >> 3) * kSBlk + c * 16 : p.xs;
-                        cp_async16(sd + n * kSLd + c * 16, src, ok ? 16 : 0);
-                    }
-                }
             }
         }
         cp_async_commit();  // an empty group keeps the wait count uniform
@@ -197,34 +173,43 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
     WChunk<TYPE> wck;
     auto fetch_w = [&](int s) { wck.fetch(wrow, int64_t(s) * kBK + 16 * lh, p.cols, vec); };
     auto store_w = [&](int s) {
-        uint32_t h[8];
-        uint8_t* dst = ast + (s & 1) * kABytes + lr * kALd + lh * 32;
+        uint32_t h[kTwoLimbs ? 16 : 8];
+        uint8_t* dst = ast + (s & 1) * ABytes + lr * ALd + lh * 32;
+        float* scale = dsm + (s & 1) * kBM + lr;
         if constexpr (TYPE == kQ8_0) {
 #pragma unroll
             for (int j = 0; j < 4; ++j) bytes_to_f16x2<true>(wck.q[j], h[2 * j], h[2 * j + 1]);
-            if (lh == 0) dsm[(s & 1) * 2 * kBM + 2 * lr] = __half2float(__ushort_as_half(uint16_t(wck.d)));
+            if (lh == 0) *scale = __half2float(__ushort_as_half(uint16_t(wck.d)));
         } else if constexpr (TYPE == kQ2_K) {
-            // Centred quants (2q - 3) * a = 2 q a - 3 a: the bytes 2 q a (<= 90) as f16 1024 + 2qa,
-            // minus 1024 + 3a (exact: integers below 2048).
-            const uint32_t a = wck.sc & 15u, bias = 0x6400u + 3u * a;
+            float w[16];
+            wck.decode(w);  // bit for bit the CPU's weights
+            // 2^k with (45 |d| + 15 |dmin|) 2^k in [2^14, 2^15): a bound on every |w| 2^k.
+            const float d = __half2float(__ushort_as_half(uint16_t(wck.dd & 0xffffu)));
+            const float dmin = __half2float(__ushort_as_half(uint16_t(wck.dd >> 16)));
+            const float bound = 45.0f * fabsf(d) + 15.0f * fabsf(dmin);
+            int ex = 0;
+            if (bound > 0.0f && bound <= 3.0e38f) frexpf(bound, &ex);  // bound in [2^(ex-1), 2^ex)
+            const int k = max(-100, min(100, 15 - ex));
+            const float up = ldexpf(1.0f, k);
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-                bytes_to_f16x2<false>(((wck.q[j] >> wck.shift) & 0x03030303u) * (2u * a), h[2 * j], h[2 * j + 1],
-                                      bias | (bias << 16));
-            const int par = (s >> 3) & 1, sub = (s & 7) * 2 + lh;
-            __half* codes = reinterpret_cast<__half*>(msm + par * kMBytes + lr * kMLd);
-            codes[sub] = __uint2half_rn(wck.sc >> 4);  // the min code m
-            codes[16 + sub] = __uint2half_rn(3u * a);   // 3 a: the offset's d / 2 * 3 a
-            if (lh == 0 && (s & 7) == 0) {  // d / 2 (exact) and dmin, once: every step reads them
-                dsm[par * 2 * kBM + 2 * lr] = 0.5f * __half2float(__ushort_as_half(uint16_t(wck.dd & 0xffffu)));
-                dsm[par * 2 * kBM + 2 * lr + 1] = __half2float(__ushort_as_half(uint16_t(wck.dd >> 16)));
+            for (int j = 0; j < 8; ++j) {
+                const float v0 = w[2 * j] * up, v1 = w[2 * j + 1] * up;  // exact: a power of two
+                const __half h0 = __float2half_rn(v0), h1 = __float2half_rn(v1);
+                const __half l0 = __float2half_rn(v0 - __half2float(h0)), l1 = __float2half_rn(v1 - __half2float(h1));
+                h[j] = uint32_t(__half_as_ushort(h0)) | (uint32_t(__half_as_ushort(h1)) << 16);
+                h[8 + j] = uint32_t(__half_as_ushort(l0)) | (uint32_t(__half_as_ushort(l1)) << 16);
             }
+            if (lh == 0) *scale = ldexpf(1.0f, -k);
         } else {
 #pragma unroll
             for (int j = 0; j < 8; ++j) h[j] = wck.v[j];
         }
         reinterpret_cast<uint4*>(dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
         reinterpret_cast<uint4*>(dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
+        if constexpr (kTwoLimbs) {  // + 64 bytes: the lo limbs
+            reinterpret_cast<uint4*>(dst)[4] = make_uint4(h[8], h[9], h[10], h[11]);
+            reinterpret_cast<uint4*>(dst)[5] = make_uint4(h[12], h[13], h[14], h[15]);
+        }
     };
 
     float acc[4][4][4], part[4][4][4];
@@ -237,10 +222,8 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
 
     // ldmatrix lane addresses (byte offsets inside a buffer): A rows 64 wr + 16 i + (lane & 15),
     // k half (lane >> 4); B tokens 32 wc + 8 j + (lane & 7), matrix lane >> 3 = (limb, k half).
-    const int a_off = (wr * 64 + (lane & 15)) * kALd + (lane >> 4) * 16;
+    const int a_off = (wr * 64 + (lane & 15)) * ALd + (lane >> 4) * 16;
     const int b_off = (wc * 32 + (lane & 7)) * kXLd + ((lane >> 4) & 1) * 64 + ((lane >> 3) & 1) * 16;
-    const int m_off = (wr * 64 + (lane & 15)) * kMLd + (lane >> 4) * 16;
-    const int s_off = (wc * 32 + (lane & 7)) * kSLd + ((lane >> 4) & 1) * 32 + ((lane >> 3) & 1) * 16;
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) issue_x(s);
@@ -258,12 +241,15 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
         }
 
         const uint32_t xbase = smem_u32(xst + (s % kStages) * kXStageBytes);
-        const uint32_t abase = smem_u32(ast + (s & 1) * kABytes);
+        const uint32_t abase = smem_u32(ast + (s & 1) * ABytes);
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
-            uint32_t a[4][4], b[4][4];
+            uint32_t a[4][4], b[4][4], al[kTwoLimbs ? 4 : 1][4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) ldsm_x4(a[i], abase + a_off + i * 16 * kALd + kk * 32);
+            for (int i = 0; i < 4; ++i) {
+                ldsm_x4(a[i], abase + a_off + i * 16 * ALd + kk * 32);
+                if constexpr (kTwoLimbs) ldsm_x4(al[i], abase + a_off + i * 16 * ALd + kk * 32 + 64);
+            }
 #pragma unroll
             for (int j = 0; j < 4; ++j) ldsm_x4(b[j], xbase + b_off + j * 8 * kXLd + kk * 32);
 #pragma unroll
@@ -271,15 +257,16 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     mma16816<kBf16>(part[i][j], a[i], b[j][0], b[j][1]);  // hi limbs
-                    mma16816<kBf16>(part[i][j], a[i], b[j][2], b[j][3]);  // lo limbs
+                    mma16816<kBf16>(part[i][j], a[i], b[j][2], b[j][3]);  // lo limbs of x
+                    if constexpr (kTwoLimbs) mma16816<false>(part[i][j], al[i], b[j][0], b[j][1]);  // lo of w
                 }
         }
 
-        if constexpr (TYPE == kQ8_0 || TYPE == kQ2_K) {  // acc += d * P (Q2_K: d / 2 of the super-block)
-            const float* dd = dsm + (TYPE == kQ8_0 ? s & 1 : (s >> 3) & 1) * 2 * kBM;
+        if constexpr (TYPE == kQ8_0 || TYPE == kQ2_K) {  // acc += the step's row scale * P
+            const float* dd = dsm + (s & 1) * kBM;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const float d0 = dd[2 * (wr * 64 + 16 * i + g)], d1 = dd[2 * (wr * 64 + 16 * i + g + 8)];
+                const float d0 = dd[wr * 64 + 16 * i + g], d1 = dd[wr * 64 + 16 * i + g + 8];
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     acc[i][j][0] = fmaf(d0, part[i][j][0], acc[i][j][0]);
@@ -288,39 +275,6 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
                     acc[i][j][3] = fmaf(d1, part[i][j][3], acc[i][j][3]);
 #pragma unroll
                     for (int c = 0; c < 4; ++c) part[i][j][c] = 0.0f;
-                }
-            }
-        }
-        if constexpr (TYPE == kQ2_K) {
-            if ((s & 7) == 7) {  // the super-block is complete: its offsets times the sub-block sums
-                const int par = (s >> 3) & 1;
-                const uint32_t mbase = smem_u32(msm + par * kMBytes), sbase = smem_u32(ssm + par * kSBytes);
-                const float* dd = dsm + par * 2 * kBM;
-                uint32_t bs[4][4];
-#pragma unroll
-                for (int j = 0; j < 4; ++j) ldsm_x4(bs[j], sbase + s_off + j * 8 * kSLd);
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    uint32_t am[4], aa[4];
-                    ldsm_x4(am, mbase + m_off + i * 16 * kMLd);       // min codes m
-                    ldsm_x4(aa, mbase + m_off + i * 16 * kMLd + 32);  // 3 a
-                    const int r0 = wr * 64 + 16 * i + g;
-                    // Times 16: the sums were stored times 2^-4 (exact either way).
-                    const float h0 = 16.0f * dd[2 * r0], dm0 = 16.0f * dd[2 * r0 + 1];
-                    const float h1 = 16.0f * dd[2 * (r0 + 8)], dm1 = 16.0f * dd[2 * (r0 + 8) + 1];
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        float pm[4] = {0.0f, 0.0f, 0.0f, 0.0f}, pa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        mma16816<false>(pm, am, bs[j][0], bs[j][1]);
-                        mma16816<false>(pm, am, bs[j][2], bs[j][3]);
-                        mma16816<false>(pa, aa, bs[j][0], bs[j][1]);
-                        mma16816<false>(pa, aa, bs[j][2], bs[j][3]);
-                        // The two offset terms cancel where the block is centred: difference first.
-                        acc[i][j][0] += fmaf(h0, pa[0], -dm0 * pm[0]);
-                        acc[i][j][1] += fmaf(h0, pa[1], -dm0 * pm[1]);
-                        acc[i][j][2] += fmaf(h1, pa[2], -dm1 * pm[2]);
-                        acc[i][j][3] += fmaf(h1, pa[3], -dm1 * pm[3]);
-                    }
                 }
             }
         }
@@ -354,10 +308,10 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
         }
 }
 
-// One block per packed row: limbs of every 16-column group (and for Q2_K the group's sum).
-template <bool BF16, bool SUMS>
+// One block per packed row: limbs of every 16-column group.
+template <bool BF16>
 __global__ void __launch_bounds__(128) pack_kernel(const float* x, int64_t ldx, int64_t cols, uint8_t* xp,
-                                                   size_t xrow_bytes, uint8_t* xs, size_t xsrow_bytes, float* scale) {
+                                                   size_t xrow_bytes, float* scale) {
     const int64_t r = blockIdx.x;
     const float* xr = x + r * ldx;
     float inv = 1.0f, sc = 1.0f;
@@ -382,14 +336,12 @@ __global__ void __launch_bounds__(128) pack_kernel(const float* x, int64_t ldx, 
     uint8_t* o = xp + size_t(r) * xrow_bytes;
     for (int64_t grp = threadIdx.x; grp < cols / 16; grp += blockDim.x) {
         uint32_t hw[8], lw[8];
-        float sum = 0.0f;
 #pragma unroll
         for (int q = 0; q < 16; q += 2) {
             uint32_t hb[2], lb[2];
 #pragma unroll
             for (int u = 0; u < 2; ++u) {
                 const float v = xr[grp * 16 + q + u] * inv;  // exact: a power of two
-                sum += v;
                 if constexpr (BF16) {
                     const __nv_bfloat16 hv = __float2bfloat16_rn(v);
                     hb[u] = __bfloat16_as_ushort(hv);
@@ -408,14 +360,6 @@ __global__ void __launch_bounds__(128) pack_kernel(const float* x, int64_t ldx, 
         dst[1] = make_uint4(hw[4], hw[5], hw[6], hw[7]);
         dst[4] = make_uint4(lw[0], lw[1], lw[2], lw[3]);  // + 64 bytes: the lo limbs
         dst[5] = make_uint4(lw[4], lw[5], lw[6], lw[7]);
-        if constexpr (SUMS) {
-            const float s16 = sum * 0.0625f;  // |sum| < 2^19: times 2^-4 (exact) stays inside f16
-            const __half hs = __float2half_rn(s16);
-            const __half ls = __float2half_rn(s16 - __half2float(hs));
-            __half* sd = reinterpret_cast<__half*>(xs + size_t(r) * xsrow_bytes + size_t(grp >> 4) * kSBlk);
-            sd[grp & 15] = hs;
-            sd[16 + (grp & 15)] = ls;
-        }
     }
     if (threadIdx.x == 0) scale[r] = sc;
 }
@@ -423,16 +367,14 @@ __global__ void __launch_bounds__(128) pack_kernel(const float* x, int64_t ldx, 
 // ---- host side ----
 
 struct Layout {
-    size_t xrow_bytes, xsrow_bytes, sums_offset, scale_offset, total;
+    size_t xrow_bytes, scale_offset, total;
 };
 
 Layout layout(const DeviceMat& w, int64_t n_rows) {
     Layout L{};
     L.xrow_bytes = size_t(w.cols / 32) * kXBlk;
-    L.xsrow_bytes = int(w.type) == kQ2_K ? size_t(w.cols / 256) * kSBlk : 0;
     auto up = [](size_t b) { return (b + 255) / 256 * 256; };
-    L.sums_offset = up(size_t(n_rows) * L.xrow_bytes);
-    L.scale_offset = L.sums_offset + up(size_t(n_rows) * L.xsrow_bytes);
+    L.scale_offset = up(size_t(n_rows) * L.xrow_bytes);
     L.total = L.scale_offset + up(size_t(n_rows) * sizeof(float));
     return L;
 }
@@ -442,18 +384,10 @@ void pack(const DeviceMat& w, const float* x, int64_t ldx, int64_t n_rows, uint8
     if (n_rows > 0x7fffffff) fail("CUDA gemm: ", n_rows, " rows of x to pack");
     const unsigned grid = unsigned(n_rows);
     float* scale = reinterpret_cast<float*>(ws + L.scale_offset);
-    uint8_t* sums = ws + L.sums_offset;
-    switch (int(w.type)) {
-        case kBF16:
-            pack_kernel<true, false><<<grid, 128, 0, stream>>>(x, ldx, w.cols, ws, L.xrow_bytes, sums, 0, scale);
-            break;
-        case kQ2_K:
-            pack_kernel<false, true><<<grid, 128, 0, stream>>>(x, ldx, w.cols, ws, L.xrow_bytes, sums, L.xsrow_bytes,
-                                                               scale);
-            break;
-        default:
-            pack_kernel<false, false><<<grid, 128, 0, stream>>>(x, ldx, w.cols, ws, L.xrow_bytes, sums, 0, scale);
-    }
+    if (int(w.type) == kBF16)
+        pack_kernel<true><<<grid, 128, 0, stream>>>(x, ldx, w.cols, ws, L.xrow_bytes, scale);
+    else
+        pack_kernel<false><<<grid, 128, 0, stream>>>(x, ldx, w.cols, ws, L.xrow_bytes, scale);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -490,8 +424,6 @@ TcParams make_params(const DeviceMat& w, const uint8_t* ws, const Layout& L, flo
     p.cols = w.cols;
     p.xp = ws;
     p.xrow_bytes = L.xrow_bytes;
-    p.xs = ws + L.sums_offset;
-    p.xsrow_bytes = L.xsrow_bytes;
     p.xscale = reinterpret_cast<const float*>(ws + L.scale_offset);
     p.y = y;
     p.ldy = ldy;

@@ -176,11 +176,11 @@ struct WChunk<kQ2_K> {
 
 // ---- the tensor-core path (gemm_tc.cu) ----
 
-// Whether the tensor kernel takes this weight: Q8_0, F16, BF16 or Q2_K with cols % 32 == 0 (the
+// Whether the tensor kernel takes this weight: Q8_0 with cols % 32 == 0 or Q2_K (the
 // alignment rules of check_weight in gemm.cu hold already).
 bool tc_supported(const DeviceMat& w);
 
-// Workspace bytes for n_rows packed rows of x (limbs, per-row scale, Q2_K sub-block sums).
+// Workspace bytes for n_rows packed rows of x (limbs, per-row scale).
 size_t tc_workspace_bytes(const DeviceMat& w, int64_t n_rows);
 
 // y = x · Wᵀ on the tensor cores: x rows 0..T-1 (stride ldx) packed into ws, then multiplied.
