@@ -8,7 +8,7 @@
 // each call, so that an unwritten element fails.
 //
 // Tolerances (per element; NaN always fails):
-//   bitwise: embed_streams, hc_post, add_to_streams, moe_group (offsets, order, expert_of,
+//   bitwise: rmsnorm_rope against rmsnorm then rope (its definition); embed_streams, hc_post, add_to_streams, moe_group (offsets, order, expert_of,
 //     slot_pos), gather_rows, moe_combine and the routed expert ids: the device code does the
 //     CPU's operations in the CPU's order (no fused multiply-adds);
 //   |err| <= 1e-6 |ref|: rmsnorm (only the order of the double sum of squares differs), swiglu
@@ -31,6 +31,8 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant.h"
+#include "backend/cpu/rope.h"
+#include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/ops.h"
 #include "core/error.h"
@@ -188,6 +190,66 @@ TEST(CudaOps, RmsnormDecodeShapes) {
             check_rmsnorm(T, 4096, weighted, 1);
         }
     check_rmsnorm(64, 512, true);  // per-head q norms of a decode step
+}
+
+// rmsnorm_rope(x) must equal rmsnorm(x) then rope(x) bit for bit: rows of n, the trailing dim
+// channels rotated at position pos0 + row / per_pos; offset floats in front (1: not aligned).
+void check_rmsnorm_rope(int64_t rows, int64_t n, int dim, int per_pos, int64_t pos0, bool weighted,
+                        int64_t offset = 0) {
+    SCOPED_TRACE("rmsnorm_rope rows=" + std::to_string(rows) + " n=" + std::to_string(n) + " dim=" +
+                 std::to_string(dim) + " per_pos=" + std::to_string(per_pos) + " pos0=" + std::to_string(pos0) +
+                 (weighted ? " weighted" : "") + " offset=" + std::to_string(offset));
+    dsv4::RopeParams rp;
+    rp.theta = 10000.0;
+    const cpu::Rope table(rp, dim);
+    std::vector<float> x = randn(size_t(rows * n));
+    for (int64_t t = 0; t < rows; ++t)
+        for (int64_t i = 0; i < n; ++i) x[size_t(t * n + i)] *= std::pow(10.0f, float(t % 5) - 2.0f);
+    const std::vector<float> w = randn(size_t(n));
+    cuda::DeviceBuffer dw = to_device(w), dfreq = to_device(table.inv_freq());
+    const float* wp = weighted ? dw.as<const float>() : nullptr;
+    auto run = [&](bool fused) {
+        cuda::DeviceBuffer dx(size_t(rows * n + offset) * 4);
+        dx.upload(x.data(), x.size() * 4, size_t(offset) * 4);
+        float* p = dx.as<float>() + offset;
+        if (fused) {
+            cuda::rmsnorm_rope(p, rows, n, wp, 1e-6f, per_pos, pos0, dfreq.as<const float>(), dim);
+        } else {
+            cuda::rmsnorm(p, rows, n, wp, 1e-6f);
+            cuda::rope(p, rows, int(n), n, per_pos, pos0, dfreq.as<const float>(), dim, false);
+        }
+        cuda::synchronize();
+        std::vector<float> got(x.size());
+        dx.download(got.data(), got.size() * 4, size_t(offset) * 4);
+        return got;
+    };
+    const std::vector<float> two = run(false);
+    expect_bitwise(run(true), two, "rmsnorm_rope vs rmsnorm + rope");
+    // and the rotation happened: the tail differs from the plain norm
+    cuda::DeviceBuffer dx = to_device(x);
+    cuda::rmsnorm(dx.as<float>(), rows, n, wp, 1e-6f);
+    cuda::synchronize();
+    const std::vector<float> normed = from_device<float>(dx, x.size());
+    int64_t moved = 0;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = n - dim; i < n; ++i) moved += normed[size_t(r * n + i)] != two[size_t(r * n + i)];
+    EXPECT_GT(moved, rows * dim / 2);
+}
+
+TEST(CudaOps, RmsnormRopeIsRmsnormThenRope) {
+    REQUIRE_DEVICE();
+    // The attention's decode shapes (64 q heads of 512 sharing one position, the kv row, a
+    // position past 122,880), several tokens, then rows the one-pass kernel does not take:
+    // (n - dim) % 4 == 2, n % 4 != 0, and rows that are not 16-byte aligned.
+    for (bool weighted : {false, true}) {
+        check_rmsnorm_rope(64, 512, 64, 64, 122887, weighted);
+        check_rmsnorm_rope(1, 512, 64, 1, 5, weighted);
+        check_rmsnorm_rope(3 * 64, 512, 64, 64, 0, weighted);
+        check_rmsnorm_rope(7, 4096, 128, 1, 1000, weighted);
+        check_rmsnorm_rope(5, 512, 62, 1, 9, weighted);
+        check_rmsnorm_rope(5, 514, 66, 1, 9, weighted);
+        check_rmsnorm_rope(4, 512, 64, 2, 3, weighted, 1);
+    }
 }
 
 // ---- embed_streams --------------------------------------------------------------------------
@@ -733,6 +795,11 @@ TEST(CudaOpsArgs, RejectsBadArguments) {
     EXPECT_THROW(cuda::rmsnorm(f, 2, 0, nullptr, 1e-6f), dsv4::Error);
     EXPECT_THROW(cuda::rmsnorm(f, -1, 8, nullptr, 1e-6f), dsv4::Error);
     EXPECT_NO_THROW(cuda::rmsnorm(f, 0, 8, nullptr, 1e-6f));  // nothing to do
+    EXPECT_THROW(cuda::rmsnorm_rope(f, 2, 8, nullptr, 1e-6f, 1, 0, f, 10), dsv4::Error);  // dim > n
+    EXPECT_THROW(cuda::rmsnorm_rope(f, 2, 8, nullptr, 1e-6f, 1, 0, f, 3), dsv4::Error);   // odd dim
+    EXPECT_THROW(cuda::rmsnorm_rope(f, 2, 8, nullptr, 1e-6f, 0, 0, f, 4), dsv4::Error);   // per_pos 0
+    EXPECT_THROW(cuda::rmsnorm_rope(f, 2, 8, nullptr, 1e-6f, 1, -1, f, 4), dsv4::Error);  // pos0 < 0
+    EXPECT_THROW(cuda::rmsnorm_rope(f, 2, 8, nullptr, 1e-6f, 1, 0, nullptr, 4), dsv4::Error);
 
     cuda::DeviceMat bad = fn;
     bad.rows = 23;  // not (2+n)*n

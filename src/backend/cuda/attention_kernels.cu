@@ -52,19 +52,6 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// The rotation of cpu::Rope::apply on one pair, rounded as there (no fused multiply-adds).
-__device__ __forceinline__ void rotate_pair(float& x0, float& x1, float angle, bool inverse) {
-    double sd, cd;
-    sincos(double(angle), &sd, &cd);
-    const float c = float(cd);
-    float s = float(sd);
-    if (inverse) s = -s;
-    const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    const float y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
-    x0 = y0;
-    x1 = y1;
-}
-
 // ---------------------------------------------------------------------------------------------
 // RoPE
 

@@ -97,4 +97,18 @@ struct DeviceLimits {
 };
 const DeviceLimits& device_limits();
 
+// The rotation of cpu::Rope::apply on one pair (angle = float(pos) * inv_freq[i], cos/sin in
+// double of it, rounded to float), rounded as there (no fused multiply-adds). Shared by rope and
+// the kernels that fuse it (compress, rmsnorm_rope).
+__device__ __forceinline__ void rotate_pair(float& x0, float& x1, float angle, bool inverse) {
+    double sd, cd;
+    sincos(double(angle), &sd, &cd);
+    const float c = float(cd);
+    float s = float(sd);
+    if (inverse) s = -s;
+    const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    const float y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    x0 = y0;
+    x1 = y1;
+}
 }  // namespace dsv4::cuda

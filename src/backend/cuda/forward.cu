@@ -175,7 +175,7 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
     rmsnorm(qr, T, c.q_lora, L.q_a_norm.f(), eps, S);
     float* q = f("q", T * Hd);
     gemm(L.q_b.mat, qr, c.q_lora, T, q, Hd, ws_, S);
-    rmsnorm(q, T * H, d, nullptr, eps, S);
+    rmsnorm_rope(q, T * H, d, nullptr, eps, H, pos0, inv, R, S);  // per head; the heads of a token share pos
     // The window's rows and this chunk's, contiguous: position j lives at cat + (j - (pos0 - nw)) * d.
     const int64_t nw = st.n_window;
     topology_ += nw ? 'n' : '0';
@@ -184,9 +184,7 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
     copy_d2d(cat, st.window.get(), size_t(nw * d) * sizeof(float), S);
     float* kv = cat + nw * d;
     gemm(L.kv.mat, a, D, T, kv, d, ws_, S);
-    rmsnorm(kv, T, d, L.kv_norm.f(), eps, S);
-    rope(q, T * H, d, d, H, pos0, inv, R, false, S);
-    rope(kv, T, d, d, 1, pos0, inv, R, false, S);
+    rmsnorm_rope(kv, T, d, L.kv_norm.f(), eps, 1, pos0, inv, R, S);
 
     if (type != AttnType::Sliding) compress(st.comp, L.comp, a, T, inv, R, eps, "comp_kv", "comp_gate");
     const int IH = c.index_heads, Id = c.index_head_dim;

@@ -47,6 +47,7 @@
 #include <type_traits>
 
 #include "backend/cpu/quant.h"
+#include "backend/cuda/attention_kernels.h"
 #include "backend/cuda/common.cuh"
 
 namespace dsv4::cuda {
@@ -125,9 +126,18 @@ __global__ void __launch_bounds__(256) rmsnorm_kernel(float* x, int64_t n, const
 // row (and its weights, loaded before the reduction so that both loads are in flight at once)
 // held in registers as V float4 per thread. At T = 1 the whole row is one wave of loads, where
 // the loop above waits for n / 256 of them in turn.
-template <int V>
+// RopeTail (ROPE): then cpu::Rope::apply on the trailing 2 * half channels of the row (pairs
+// (c, c+1) never straddle a float4: the first rotated channel is even), at position pos0 +
+// row / per_pos, on the normed values, as rope() would rotate them afterwards.
+struct RopeTail {
+    const float* inv_freq = nullptr;
+    int64_t pos0 = 0;
+    int per_pos = 1, half = 0;
+};
+
+template <int V, bool ROPE = false>
 __global__ void __launch_bounds__(kNormMaxThreads) rmsnorm_vec_kernel(float* x, int n4, const float* weight,
-                                                                      float eps) {
+                                                                      float eps, RopeTail rope = {}) {
     __shared__ double red[kNormMaxThreads / 32];
     float4* r = reinterpret_cast<float4*>(x) + int64_t(blockIdx.x) * n4;
     const float4* w4 = reinterpret_cast<const float4*>(weight);
@@ -157,6 +167,14 @@ __global__ void __launch_bounds__(kNormMaxThreads) rmsnorm_vec_kernel(float* x, 
         if (i >= n4) break;
         float4 o = make_float4(__fmul_rn(v[k].x, s), __fmul_rn(v[k].y, s), __fmul_rn(v[k].z, s), __fmul_rn(v[k].w, s));
         if (weight) o = make_float4(__fmul_rn(w[k].x, o.x), __fmul_rn(w[k].y, o.y), __fmul_rn(w[k].z, o.z), __fmul_rn(w[k].w, o.w));
+        if constexpr (ROPE) {
+            const int p = 2 * i - (2 * n4 - rope.half);  // pair index of channels 4i, 4i+1
+            if (p >= 0) {
+                const float pos = float(rope.pos0 + int64_t(blockIdx.x) / rope.per_pos);
+                rotate_pair(o.x, o.y, __fmul_rn(pos, rope.inv_freq[p]), false);
+                rotate_pair(o.z, o.w, __fmul_rn(pos, rope.inv_freq[p + 1]), false);
+            }
+        }
         r[i] = o;
     }
 }
@@ -994,26 +1012,66 @@ void need(const void* p, const char* op, const char* what) {
 
 }  // namespace
 
-void rmsnorm(float* x, int64_t T, int64_t n, const float* weight, float eps, Stream stream) {
-    if (T < 0 || n < 1) fail("CUDA rmsnorm: T = ", T, ", n = ", n);
-    if (T > INT_MAX) fail("CUDA rmsnorm: ", T, " rows");
-    if (T == 0) return;
-    need(x, "rmsnorm", "x");
+namespace {
+
+bool rmsnorm_vec_ok(const float* x, int64_t n, const float* weight) {
+    return n % 4 == 0 && n / 4 <= 8 * kNormMaxThreads && (reinterpret_cast<uintptr_t>(x) & 15) == 0 &&
+           (reinterpret_cast<uintptr_t>(weight) & 15) == 0;
+}
+
+// rmsnorm_vec_kernel over T rows of n (rmsnorm_vec_ok): the fewest float4 per thread that fit the
+// row into 1024 threads, threads a whole number of warps.
+template <bool ROPE>
+void launch_rmsnorm_vec(float* x, int64_t T, int64_t n, const float* weight, float eps, RopeTail rope,
+                        Stream stream) {
     const int64_t n4 = n / 4;
-    const bool vec = n % 4 == 0 && n4 <= 8 * kNormMaxThreads && (reinterpret_cast<uintptr_t>(x) & 15) == 0 &&
-                     (reinterpret_cast<uintptr_t>(weight) & 15) == 0;
-    if (vec) {
-        // Fewest float4 per thread that fit the row into 1024 threads; threads a whole number of warps.
-        const int V = n4 <= kNormMaxThreads ? 1 : n4 <= 2 * kNormMaxThreads ? 2 : n4 <= 4 * kNormMaxThreads ? 4 : 8;
-        const unsigned threads = unsigned((ceil_div(n4, V) + 31) / 32 * 32);
-        if (V == 1) rmsnorm_vec_kernel<1><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps);
-        if (V == 2) rmsnorm_vec_kernel<2><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps);
-        if (V == 4) rmsnorm_vec_kernel<4><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps);
-        if (V == 8) rmsnorm_vec_kernel<8><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps);
+    const int V = n4 <= kNormMaxThreads ? 1 : n4 <= 2 * kNormMaxThreads ? 2 : n4 <= 4 * kNormMaxThreads ? 4 : 8;
+    const unsigned threads = unsigned((ceil_div(n4, V) + 31) / 32 * 32);
+    if (V == 1) rmsnorm_vec_kernel<1, ROPE><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps, rope);
+    if (V == 2) rmsnorm_vec_kernel<2, ROPE><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps, rope);
+    if (V == 4) rmsnorm_vec_kernel<4, ROPE><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps, rope);
+    if (V == 8) rmsnorm_vec_kernel<8, ROPE><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps, rope);
+    DSV4_LAUNCH_CHECK();
+}
+
+void check_rmsnorm(const float* x, int64_t T, int64_t n, const char* op) {
+    if (T < 0 || n < 1) fail("CUDA ", op, ": T = ", T, ", n = ", n);
+    if (T > INT_MAX) fail("CUDA ", op, ": ", T, " rows");
+    if (T > 0) need(x, op, "x");
+}
+
+}  // namespace
+
+void rmsnorm(float* x, int64_t T, int64_t n, const float* weight, float eps, Stream stream) {
+    check_rmsnorm(x, T, n, "rmsnorm");
+    if (T == 0) return;
+    if (rmsnorm_vec_ok(x, n, weight)) {
+        launch_rmsnorm_vec<false>(x, T, n, weight, eps, {}, stream);
     } else {
         rmsnorm_kernel<<<unsigned(T), 256, 0, stream>>>(x, n, weight, eps);
+        DSV4_LAUNCH_CHECK();
     }
-    DSV4_LAUNCH_CHECK();
+}
+
+void rmsnorm_rope(float* x, int64_t T, int64_t n, const float* weight, float eps, int per_pos, int64_t pos0,
+                  const float* inv_freq, int dim, Stream stream) {
+    check_rmsnorm(x, T, n, "rmsnorm_rope");
+    if (dim <= 0 || dim % 2 || dim > n) fail("CUDA rmsnorm_rope: dim = ", dim, " (positive, even, <= n = ", n, ")");
+    if (per_pos < 1) fail("CUDA rmsnorm_rope: per_pos = ", per_pos);
+    if (pos0 < 0) fail("CUDA rmsnorm_rope: pos0 = ", pos0);
+    if (T == 0) return;
+    if (!inv_freq) fail("CUDA rmsnorm_rope: null inv_freq");
+    if (rmsnorm_vec_ok(x, n, weight) && (n - dim) % 4 == 0) {
+        RopeTail rope;
+        rope.inv_freq = inv_freq;
+        rope.pos0 = pos0;
+        rope.per_pos = per_pos;
+        rope.half = dim / 2;
+        launch_rmsnorm_vec<true>(x, T, n, weight, eps, rope, stream);
+    } else {  // rows the one-pass kernel does not take: the two ops in turn (the same result)
+        rmsnorm(x, T, n, weight, eps, stream);
+        rope(x, T, int(n), n, per_pos, pos0, inv_freq, dim, false, stream);
+    }
 }
 
 void embed_streams(const DeviceMat& embed, const int32_t* tokens, int64_t T, int hc, float* X, Stream stream) {

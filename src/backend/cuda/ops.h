@@ -16,6 +16,12 @@ namespace dsv4::cuda {
 // In place over T rows of n: x = x / sqrt(mean(x²) + eps) (* weight[n] when weight is given).
 void rmsnorm(float* x, int64_t T, int64_t n, const float* weight, float eps, Stream stream = nullptr);
 
+// rmsnorm, then rope (attention_kernels.h) of each row's trailing dim channels at position
+// pos0 + row / per_pos, in one launch: bit for bit the two calls in turn (which it makes itself
+// for rows the one-pass kernel does not take). The attention's q heads and kv row at decode.
+void rmsnorm_rope(float* x, int64_t T, int64_t n, const float* weight, float eps, int per_pos, int64_t pos0,
+                  const float* inv_freq, int dim, Stream stream = nullptr);
+
 // X[t, k, :] = embed row tokens[t] (dequantised) for every stream k < hc. Token ids must be
 // inside [0, embed.rows) (the caller checks them on the host before they are uploaded; an id
 // outside gives NaN rows, not a fault). Any type dispatch_wtype (common.cuh) reads.
