@@ -179,8 +179,9 @@ TEST(Speculative, SelfDraftIsAlwaysAccepted) {
     EXPECT_GE(st.spec.mean_width(), 3.0);
 }
 
-// With its real cost (a draft step costs a target step), self-drafting is not worth it, and
-// the controller decodes plainly but for its probes; the output is still the plain one.
+// With its real cost (a draft step costs a target step, and the default verification cost is
+// at least 0.25), self-drafting cannot pay at any acceptance: the controller never drafts, not
+// even to probe, says why, and the output is the plain one.
 TEST(Speculative, ExpensiveDrafterFallsBackToPlainDecoding) {
     const Loaded& l = loaded("mini_flash");
     const std::vector<int32_t> prompt = prompt_of("mini_flash", 10);
@@ -189,8 +190,10 @@ TEST(Speculative, ExpensiveDrafterFallsBackToPlainDecoding) {
     DraftModelDrafter d(*l.model, *l.model, "draft:self", no_admission());
     GenerateStats st = run(l, prompt, o, &d);
     EXPECT_EQ(st.tokens, plain.tokens);
-    EXPECT_EQ(st.spec.rounds, st.spec.probe_rounds);
-    EXPECT_GT(st.spec.plain_rounds, 10 * st.spec.rounds);
+    EXPECT_EQ(st.spec.rounds, 0);
+    EXPECT_EQ(st.spec.probe_rounds, 0);
+    EXPECT_EQ(st.spec.plain_rounds, 59);
+    EXPECT_NE(st.spec.off_reason.find("verification too dear"), std::string::npos) << st.spec.off_reason;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -484,6 +487,31 @@ TEST(Controller, TheWidthFollowsTheCostOfDrafting) {
     EXPECT_EQ(std::count(self.begin(), self.end(), 0) + std::count(self.begin(), self.end(), 1), 50);
 }
 
+// When even a surely accepted draft would not pay (verification 0.9 + drafting 0.2 steps for
+// one more token), no acceptance can change the decision: never a draft, never a probe.
+TEST(Controller, ADraftThatCannotPayIsNeverProbed) {
+    for (bool conf : {false, true}) {
+        WidthController c(with_verify_cost(0.9), 0.2, conf);
+        EXPECT_TRUE(c.never_pays());
+        std::vector<int> w = drive(c, 100, [](int w) { return w; });
+        EXPECT_EQ(std::count(w.begin(), w.end(), 0), 100) << conf;
+        EXPECT_FALSE(c.probing());
+    }
+    // Just below the line it probes, and drafts once the acceptance it measures is high enough.
+    WidthController ok(with_verify_cost(0.7), 0.2, false);
+    EXPECT_FALSE(ok.never_pays());
+    std::vector<int> w = drive(ok, 200, [](int w) { return w; });
+    EXPECT_GT(w.back(), 0);
+}
+
+TEST(Controller, DefaultVerifyCostFollowsTheBackend) {
+    EXPECT_DOUBLE_EQ(default_verify_cost("cpu", 1), 2.0);
+    EXPECT_DOUBLE_EQ(default_verify_cost("cpu", 2), 1.0);
+    EXPECT_DOUBLE_EQ(default_verify_cost("cpu", 4), 0.5);
+    EXPECT_DOUBLE_EQ(default_verify_cost("cpu", 16), 0.25);
+    EXPECT_DOUBLE_EQ(default_verify_cost("cuda", 2), 0.25);
+}
+
 TEST(Controller, ConfidenceCutsTheDraftAndIsCalibrated) {
     WidthController c(with_verify_cost(0.1), 0.0, true);
     EXPECT_EQ(c.next_width(), 4);  // a confidence drafter is asked for the cap; keep() cuts
@@ -509,8 +537,12 @@ TEST(Controller, BadOptionsAreUsageErrors) {
     o.cap = 0;
     EXPECT_THROW(o.validate(), UsageError);
     o = {};
-    o.verify_cost = 0;
+    o.verify_cost = -1;
     EXPECT_THROW(o.validate(), UsageError);
+    o = {};
+    o.verify_cost = 0;  // the backend's estimate: valid, but generate() must resolve it
+    EXPECT_NO_THROW(o.validate());
+    EXPECT_ANY_THROW(WidthController(o, 0.0, false));
     o = {};
     o.memory = 1;
     EXPECT_THROW(o.validate(), UsageError);

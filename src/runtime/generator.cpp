@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "runtime/spec_target.h"
 #include "runtime/text_stream.h"
 
@@ -94,8 +95,12 @@ void propose(spec::Drafter& d, const spec::WidthController& ctl, int w, int voca
 
 // Why no round carried drafts, from what the loop saw.
 std::string off_reason(const spec::SpecStats& s, int64_t limited, int64_t fallback, int64_t empty,
-                       const spec::ControllerOptions& o) {
+                       const spec::WidthController& ctl) {
     if (s.rounds > 0) return "";
+    const spec::ControllerOptions& o = ctl.options();
+    if (ctl.never_pays() && fallback > 0)
+        return cat("verification too dear: a draft costs ", ctl.cost_per_draft(),
+                   " decode steps (verify_cost + draft_cost), more than an accepted token returns");
     if (fallback > 0 && fallback >= limited && fallback >= empty)
         return cat("acceptance too low: the controller decoded plainly (a width-1 probe every ", o.probe_every,
                    " rounds)");
@@ -136,7 +141,9 @@ GenerateStats generate(Session& s, const Tokenizer& tok, std::span<const int32_t
         if (drafter->vocab() != c.vocab)
             throw UsageError(cat("drafter ", drafter->name(), " has a vocabulary of ", drafter->vocab(),
                                  " tokens; the model's is ", c.vocab));
-        ctl.emplace(o.spec, drafter->cost_per_token(), drafter->has_confidence());
+        spec::ControllerOptions co = o.spec;
+        if (co.verify_cost == 0) co.verify_cost = spec::default_verify_cost(s.model().backend_name(), thread_count());
+        ctl.emplace(co, drafter->cost_per_token(), drafter->has_confidence());
     }
     Sampler sampler(o.sampling);
 
@@ -237,7 +244,7 @@ GenerateStats generate(Session& s, const Tokenizer& tok, std::span<const int32_t
     target.settle(size_t(st.prompt_tokens + st.gen_tokens - 1));
     sink.finish();
     st.decode_s = seconds_since(t1);
-    if (drafter) st.spec.off_reason = off_reason(st.spec, limited, fallback, empty, o.spec);
+    if (drafter) st.spec.off_reason = off_reason(st.spec, limited, fallback, empty, *ctl);
     return st;
 }
 

@@ -16,7 +16,8 @@ namespace {
 void ControllerOptions::validate() const {
     // Written as !(in range) so that NaN is rejected too.
     if (!(cap >= 1 && cap <= 16)) bad("cap", "in 1..16", cap);
-    if (!(verify_cost > 0 && std::isfinite(verify_cost))) bad("verify_cost", "a finite number > 0", verify_cost);
+    if (!(verify_cost >= 0 && std::isfinite(verify_cost)))
+        bad("verify_cost", "a finite number >= 0 (0 = the backend's estimate)", verify_cost);
     if (!std::isfinite(draft_cost)) bad("draft_cost", "finite (< 0 = the drafter's hint)", draft_cost);
     if (probe_every < 1) bad("probe_every", ">= 1", probe_every);
     if (!(memory > 0 && memory < 1)) bad("memory", "in (0, 1)", memory);
@@ -28,8 +29,10 @@ WidthController::WidthController(const ControllerOptions& o, double hint, bool h
     : o_(o), confidence_(has_confidence) {
     o_.validate();
     if (!(hint >= 0 && std::isfinite(hint))) fail("speculative: the drafter's cost hint ", hint, " is not a finite number >= 0");
+    if (!(o_.verify_cost > 0)) fail("speculative: verify_cost 0 (the backend's estimate) was not resolved");
     cv_ = o_.verify_cost;
     c_ = cv_ + (o_.draft_cost >= 0 ? o_.draft_cost : hint);
+    never_pays_ = rule_width(1, [](int) { return 1.0; }) == 0;
     // The prior decays with the evidence (both sums are multiplied by memory every round), so
     // after a few rounds kappa is the measured ratio alone and can reach 0.
     // A confidence head is trusted (kappa 1) until the evidence says otherwise.
@@ -59,6 +62,7 @@ int WidthController::rule_width(int max, Prob a) const {
 }
 
 int WidthController::next_width() {
+    if (never_pays_) return 0;
     // Even a drafter that turns out fully confident (conf = 1) would get a_1 = min(1, kappa):
     // if that does not pass the rule, drafting is not worth its cost this round.
     const double k = kappa();
@@ -96,6 +100,11 @@ void WidthController::observe(std::span<const float> conf, int drafted, int acce
     // Confidences of 0 on accepted tokens would make kappa unbounded; a_i is clamped to 1, and
     // the floor keeps the division defined.
     tested_ = std::max(tested_, 1e-9);
+}
+
+double default_verify_cost(const std::string& backend, int threads) {
+    if (backend == "cpu") return std::max(0.25, 2.0 / std::max(1, threads));
+    return 0.25;
 }
 
 }  // namespace dsv4::spec

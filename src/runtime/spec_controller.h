@@ -17,20 +17,22 @@
 // gets its width before drafting; one with confidence is asked for cap tokens and stops where
 // the rule fails on its actual confidences. So a badly drafting workload drives kappa, and the
 // width, to 0 (plain decoding); every probe_every plain rounds one width-1 round re-measures.
+// When even a draft that is surely accepted would not pay (2 tokens for 1 + c steps with c >= 1),
+// no acceptance rate can change that: the controller never drafts and never probes.
 //
 // The controller is a pure function of the acceptances it observed (no timings), so a seeded
 // sampling run is reproducible.
 #pragma once
 #include <span>
+#include <string>
 
 namespace dsv4::spec {
 
 struct ControllerOptions {
     int cap = 4;               // widest round, 1..16 (cap 4 keeps at most one ratio-4 compressor boundary inside a verification)
-    // > 0: one more token in a verification forward, in target decode steps. 0.25 is what the
-    // CPU backend measures on the embedded model (K = 2: 1.19 steps, K = 5: 2.15); a large
-    // model on a GPU, where a decode step reads the weights once for all K tokens, is far less.
-    double verify_cost = 0.25;
+    // > 0: one more token in a verification forward, in target decode steps; 0: the backend's
+    // estimate, default_verify_cost() (what generate() does with it).
+    double verify_cost = 0;
     double draft_cost = -1;    // >= 0: proposing one token, same unit; < 0 = the drafter's own hint
     int probe_every = 16;      // >= 1: after this many plain rounds in a row, one round of width 1
     double memory = 0.8;       // in (0, 1): weight of the past per observed round
@@ -41,6 +43,14 @@ struct ControllerOptions {
     // Throws UsageError naming the field.
     void validate() const;
 };
+
+// The verification cost a controller uses when ControllerOptions::verify_cost is 0. The CPU
+// backend is compute bound: a one-token decode runs on the calling thread while a K-token
+// verification pays K times the work spread over the threads, so one more token costs about
+// 2 / threads of a step (measured on the embedded model: 2 threads, K = 2 is 2.35 steps and
+// K = 5 3.6; the earlier 0.25 came from a machine with more cores), never taken below 0.25.
+// Other backends: 0.25 until measured (docs/SPECULATIVE.md).
+double default_verify_cost(const std::string& backend, int threads);
 
 class WidthController {
 public:
@@ -61,6 +71,8 @@ public:
     double kappa() const { return accepted_ / tested_; }
     double cost_per_draft() const { return c_; }
     bool probing() const { return probing_; }
+    // Whether drafting cannot pay at any acceptance (then next_width() is always 0, no probes).
+    bool never_pays() const { return never_pays_; }
     const ControllerOptions& options() const { return o_; }
 
 private:
@@ -74,6 +86,7 @@ private:
     double accepted_, tested_;  // decayed sums: accepted drafts, and confidence over tested drafts
     int plain_in_a_row_ = 0;
     bool probing_ = false;
+    bool never_pays_ = false;
 };
 
 }  // namespace dsv4::spec
