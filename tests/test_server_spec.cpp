@@ -21,7 +21,8 @@ TEST(ServerSpec, GreedyAnswersEqualPlainOnesAndTimingsSayHowItWent) {
     TestServer plain;
     TestServer spec([&](server::ServerOptions& so) {
         so.scheduler.drafters = &drafters;
-        so.scheduler.spec.verify_cost = 0.001;  // draft every round
+        so.scheduler.spec.verify_cost = 0.001;  // draft every round: a self-draft priced as free
+        so.scheduler.spec.draft_cost = 0;
     });
     for (const char* text : {"hello there", "tell me a story about a boat"}) {
         Reply a = plain.post("/v1/chat/completions", user_chat(text, 24));

@@ -98,7 +98,7 @@ std::string off_reason(const spec::SpecStats& s, int64_t limited, int64_t fallba
                        const spec::WidthController& ctl) {
     if (s.rounds > 0) return "";
     const spec::ControllerOptions& o = ctl.options();
-    if (ctl.never_pays() && fallback > 0)
+    if (ctl.never_pays())
         return cat("verification too dear: a draft costs ", ctl.cost_per_draft(),
                    " decode steps (verify_cost + draft_cost), more than an accepted token returns");
     if (fallback > 0 && fallback >= limited && fallback >= empty)
@@ -145,6 +145,9 @@ GenerateStats generate(Session& s, const Tokenizer& tok, std::span<const int32_t
         if (co.verify_cost == 0) co.verify_cost = spec::default_verify_cost(s.model().backend_name(), thread_count());
         ctl.emplace(co, drafter->cost_per_token(), drafter->has_confidence());
     }
+    // A drafter whose drafts cannot pay is not fed at all (a draft model or an MTP block would
+    // otherwise run on every committed token for nothing): plain decoding, with the reason.
+    const bool drafting = drafter && !ctl->never_pays();
     Sampler sampler(o.sampling);
 
     GenerateStats st;
@@ -156,7 +159,7 @@ GenerateStats generate(Session& s, const Tokenizer& tok, std::span<const int32_t
     st.cached_tokens = int64_t(cached);
     // A drafter that reads the target's streams gets those of the prompt's tail.
     const int64_t nD = int64_t(c.hc_mult) * c.hidden;
-    const bool want_hidden = drafter && drafter->hidden_rows() > 0;
+    const bool want_hidden = drafting && drafter->hidden_rows() > 0;
     std::vector<float> prompt_hidden;
     int64_t hidden_rows = 0;
     if (cached < prompt.size()) {
@@ -185,7 +188,7 @@ GenerateStats generate(Session& s, const Tokenizer& tok, std::span<const int32_t
 
     spec::TargetRounds target(s, sampler, want_hidden);
     target.start(first);
-    if (drafter && more) {
+    if (drafting && more) {
         auto td = Clock::now();
         drafter->start({history, {prompt_hidden.data(), hidden_rows, nD}, &o.sampling});
         st.spec.draft_s += seconds_since(td);
@@ -203,7 +206,7 @@ GenerateStats generate(Session& s, const Tokenizer& tok, std::span<const int32_t
         }
         draft.clear();
         bool consulted = false;  // the controller chose this round's width
-        if (drafter) {
+        if (drafting) {
             // A round yields up to width + 1 tokens: more drafts than the tokens still wanted
             // would only be thrown away.
             const int64_t limit = std::min(room, o.max_tokens - st.gen_tokens - 1);
@@ -234,7 +237,7 @@ GenerateStats generate(Session& s, const Tokenizer& tok, std::span<const int32_t
         if (consulted) ctl->observe(draft.confidence, int(draft.tokens.size()), r.verdict.accepted);
         for (int32_t t : r.committed)
             if (!(more = sink.push(t))) break;
-        if (more && drafter) {
+        if (more && drafting) {
             auto td = Clock::now();
             drafter->extend(r.committed, r.hidden);
             st.spec.draft_s += seconds_since(td);
