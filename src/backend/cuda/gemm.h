@@ -4,12 +4,14 @@
 //
 // Paths (GemmPath::Auto):
 //   * T <= kMaxMatvecTokens: matvec (the decode weight stream);
-//   * T >= kMinTensorTokens and Q8_0 weights (F16, BF16 and Q2_K forms exist but are off, gemm_tc.cu) with cols % 32 == 0: the tensor
-//     path (gemm_tc.cu): x packed once per call into two 16-bit limbs (x = hi + lo; f16 limbs with
-//     a per-token power-of-two scale for Q8_0/F16/Q2_K, bf16 limbs for BF16), two mma.sync per
-//     fragment with float32 accumulation, weights dequantised inside the kernel, block scales
-//     (Q8_0 d, Q2_K d / dmin) applied to partial sums in float32: float32-grade results
-//     (about 22 bits of x with f16 limbs, 16 with bf16 limbs), deterministic;
+//   * T >= kMinTensorTokens and Q8_0 (cols % 32 == 0) or Q2_K (cols % 256 == 0) weights (F16 and
+//     BF16 forms exist but are off, gemm_tc.cu): the tensor path (gemm_tc.cu): x packed once per
+//     call into two 16-bit limbs (x = hi + lo; f16 limbs with a per-token power-of-two scale for
+//     Q8_0/F16/Q2_K, bf16 limbs for BF16), weights dequantised inside the kernel (Q2_K as two f16
+//     limbs of the decoded weight with a power-of-two scale per row and super-block), two
+//     mma.sync per fragment (three for Q2_K) with float32 accumulation, the Q8_0 d and the Q2_K
+//     2^-k applied to partial sums in float32: float32-grade results (about 22 bits of x with f16
+//     limbs, 16 with bf16 limbs), deterministic;
 //   * everything else: the float32 tiled kernel (CUDA cores: every product and sum in float32,
 //     the CPU reference's precision), which is also the tensor path's oracle.
 // The environment variable DSV4_GEMM_PATH=simt|tensor (read once) forces that kernel for T > 8
