@@ -145,6 +145,50 @@ TEST(CudaState, RewindAndCopyReplayBitwise) {
     EXPECT_LE(d.max_diff, 1e-4f * d.max_ref);
 }
 
+// Marks hand their device buffers back when dropped and the next mark() refills them (a
+// speculative round takes one every time): a mark taken into recycled buffers restores its own
+// point, two live marks do not share buffers, and marking and rewinding leave the decode
+// bitwise where a run without marks is.
+TEST(CudaState, RecycledMarksRestoreTheirOwnPoint) {
+    REQUIRE_DEVICE();
+    test::TempDir tmp;
+    Model gpu(test::convert_fixture("long_seq", tmp.path()), "cuda");
+    auto tokens = test::fixture_tokens("long_seq");
+    const int64_t V = gpu.config().vocab, P = int64_t(tokens.size()) - 6;
+    ASSERT_GT(P, 8);
+    ForwardOptions last;
+    last.logits = Logits::Last;
+    std::vector<float> scratch(static_cast<size_t>(V));
+    auto prefill = [&](State& s) { gpu.forward(tokens.data(), P, s, scratch.data(), last); };
+    auto step = [&](State& s, int64_t i, float* out) { gpu.forward(&tokens[size_t(P + i)], 1, s, out); };
+    State ref(gpu.config());
+    prefill(ref);
+    std::vector<float> want(size_t(6 * V));
+    for (int64_t i = 0; i < 6; ++i) step(ref, i, &want[size_t(i * V)]);
+
+    State st(gpu.config());
+    prefill(st);
+    {
+        StateMark m1 = st.mark();
+        step(st, 0, scratch.data());
+        step(st, 1, scratch.data());
+        st.rewind(m1);
+    }  // m1's buffers go back to the pool
+    std::vector<float> got(size_t(6 * V));
+    for (int64_t i = 0; i < 3; ++i) step(st, i, &got[size_t(i * V)]);
+    StateMark m2 = st.mark();  // into m1's buffers
+    StateMark m3 = st.mark();  // live beside m2: buffers of its own
+    for (int64_t i = 3; i < 6; ++i) step(st, i, &got[size_t(i * V)]);
+    EXPECT_EQ(got, want);
+    for (const StateMark* m : {&m2, &m3}) {
+        st.rewind(*m);
+        EXPECT_EQ(st.pos, P + 3);
+        std::vector<float> again(size_t(3 * V));
+        for (int64_t i = 3; i < 6; ++i) step(st, i, &again[size_t((i - 3) * V)]);
+        EXPECT_TRUE(std::equal(again.begin(), again.end(), want.begin() + 3 * V));
+    }
+}
+
 // Decode steps replay as CUDA graphs (captured per step, updated in place); with graphs off
 // (DSV4_CUDA_GRAPHS=0) the same kernels run one launch at a time: bitwise the same logits,
 // through window closes of both compressor kinds.

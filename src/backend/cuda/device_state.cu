@@ -69,6 +69,21 @@ void restore_partial(DeviceCompressorState& s, const DeviceCompressorState& m) {
     }
 }
 
+// The same into a mark's buffers from an earlier use (same shapes: one model), copies only.
+void refill_partial(DeviceCompressorState& m, const DeviceCompressorState& s) {
+    if (!s.active() || m.buf_kv.size() != s.buf_kv.size() || m.prev_kv.size() != s.prev_kv.size()) {
+        m = copy_partial(s);
+        return;
+    }
+    m.n_rows = s.n_rows;
+    m.n_buf = s.n_buf;
+    m.has_prev = s.has_prev;
+    copy_d2d(m.buf_kv.get(), s.buf_kv.get(), s.buf_kv.size());
+    copy_d2d(m.buf_gate.get(), s.buf_gate.get(), s.buf_gate.size());
+    copy_d2d(m.prev_kv.get(), s.prev_kv.get(), s.prev_kv.size());
+    copy_d2d(m.prev_gate.get(), s.prev_gate.get(), s.prev_gate.size());
+}
+
 struct Mark {
     struct Layer {
         DeviceBuffer window;
@@ -124,10 +139,48 @@ std::unique_ptr<DeviceState> CudaState::clone() const {
     return c;
 }
 
+// A mark's buffers go back here when the mark is dropped and are filled again by the next
+// mark(): allocating and freeing them every speculative round cost more than the round's
+// forward (cudaMalloc and cudaFree take tens of microseconds each, cudaFree synchronises the
+// device, and a 43-layer Flash mark has about 300 buffers). Every copy into or out of a mark
+// runs on the forward stream, in order, so a reused buffer is never overwritten early.
+struct MarkPool {
+    static constexpr size_t kKeep = 4;  // marks alive at once: the round's, a drafter's
+    std::mutex mu;
+    std::vector<std::unique_ptr<Mark>> free;
+};
+
 std::shared_ptr<const void> CudaState::mark() const {
-    auto m = std::make_shared<Mark>();
-    for (const DeviceLayerState& l : layers) m->layers.push_back({copy_of(l.window), l.n_window, copy_partial(l.comp), copy_partial(l.idx)});
-    return m;
+    if (!marks_) marks_ = std::make_shared<MarkPool>();
+    std::unique_ptr<Mark> m;
+    {
+        std::lock_guard<std::mutex> lk(marks_->mu);
+        if (!marks_->free.empty()) {
+            m = std::move(marks_->free.back());
+            marks_->free.pop_back();
+        }
+    }
+    if (m && m->layers.size() == layers.size()) {
+        for (size_t i = 0; i < layers.size(); ++i) {
+            const DeviceLayerState& l = layers[i];
+            Mark::Layer& ml = m->layers[i];
+            if (ml.window.size() != l.window.size()) ml.window = DeviceBuffer(l.window.size());
+            copy_d2d(ml.window.get(), l.window.get(), l.window.size());
+            ml.n_window = l.n_window;
+            refill_partial(ml.comp, l.comp);
+            refill_partial(ml.idx, l.idx);
+        }
+    } else {
+        m = std::make_unique<Mark>();
+        for (const DeviceLayerState& l : layers)
+            m->layers.push_back({copy_of(l.window), l.n_window, copy_partial(l.comp), copy_partial(l.idx)});
+    }
+    std::shared_ptr<MarkPool> pool = marks_;
+    return std::shared_ptr<const void>(m.release(), [pool](Mark* p) {
+        std::unique_ptr<Mark> back(p);
+        std::lock_guard<std::mutex> lk(pool->mu);
+        if (pool->free.size() < MarkPool::kKeep) pool->free.push_back(std::move(back));
+    });
 }
 
 void CudaState::rewind(const std::shared_ptr<const void>& p) {

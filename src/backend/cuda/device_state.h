@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "backend/cuda/device_memory.h"
@@ -34,6 +35,9 @@ struct DeviceLayerState {
     DeviceCompressorState comp, idx;
 };
 
+// Restore points kept for reuse (device_state.cu): a speculative round takes a mark every time.
+struct MarkPool;
+
 class CudaState : public DeviceState {
 public:
     explicit CudaState(const ModelConfig& c);
@@ -48,6 +52,7 @@ public:
 
 private:
     CudaState() = default;
+    mutable std::shared_ptr<MarkPool> marks_;  // made by the first mark(); shared with the marks it hands out
 };
 
 // The stream every CUDA forward and state copy runs on: one per process, created on first use.
