@@ -505,9 +505,9 @@ TEST(Controller, ADraftThatCannotPayIsNeverProbed) {
 }
 
 TEST(Controller, DefaultVerifyCostFollowsTheBackend) {
-    EXPECT_DOUBLE_EQ(default_verify_cost("cpu", 1), 2.0);
-    EXPECT_DOUBLE_EQ(default_verify_cost("cpu", 2), 1.0);
-    EXPECT_DOUBLE_EQ(default_verify_cost("cpu", 4), 0.5);
+    EXPECT_DOUBLE_EQ(default_verify_cost("cpu", 1), 1.1);
+    EXPECT_DOUBLE_EQ(default_verify_cost("cpu", 2), 0.55);
+    EXPECT_DOUBLE_EQ(default_verify_cost("cpu", 4), 0.275);
     EXPECT_DOUBLE_EQ(default_verify_cost("cpu", 16), 0.25);
     EXPECT_DOUBLE_EQ(default_verify_cost("cuda", 2), 0.25);
 }

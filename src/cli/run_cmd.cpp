@@ -187,7 +187,7 @@ CommandRunner setup(CLI::App& app) {
     c->add_option("--spec-cap", a->spec_cap, "speculative decoding: most draft tokens per round (1..16)");
     c->add_option("--spec-verify-cost", a->spec_verify_cost,
                   "speculative decoding: cost of one more verified token, in decode steps (controller; 0: the "
-                  "backend's estimate, on the CPU max(0.25, 2 / threads))");
+                  "backend's estimate, on the CPU max(0.25, 1.1 / threads))");
     c->add_option("--spec-draft-cost", a->spec_draft_cost,
                   "speculative decoding: cost of drafting one token, in decode steps (< 0: the drafter's estimate)");
     c->add_option("--band", a->band, "prefill band (tokens attended together)")->check(CLI::PositiveNumber);

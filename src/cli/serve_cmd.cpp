@@ -124,7 +124,7 @@ CommandRunner setup(CLI::App& app) {
     c->add_option("--spec-cap", a->spec_cap, "speculative decoding: most draft tokens per round")->capture_default_str();
     c->add_option("--spec-verify-cost", a->spec_verify_cost,
                   "speculative decoding: the cost of one more verified token, in one-token forwards (0: the "
-                  "backend's estimate, on the CPU max(0.25, 2 / threads))")
+                  "backend's estimate, on the CPU max(0.25, 1.1 / threads))")
         ->capture_default_str();
     c->add_option("--trace", a->trace, "record a Chrome/Perfetto trace until shutdown; written here on exit");
     c->add_option("--band", a->band, "prefill band (tokens attended together)")->check(CLI::PositiveNumber);

@@ -103,7 +103,7 @@ void WidthController::observe(std::span<const float> conf, int drafted, int acce
 }
 
 double default_verify_cost(const std::string& backend, int threads) {
-    if (backend == "cpu") return std::max(0.25, 2.0 / std::max(1, threads));
+    if (backend == "cpu") return std::max(0.25, 1.1 / std::max(1, threads));
     return 0.25;
 }
 

@@ -46,10 +46,10 @@ struct ControllerOptions {
 
 // The verification cost a controller uses when ControllerOptions::verify_cost is 0. The CPU
 // backend is compute bound: a one-token decode runs on the calling thread while a K-token
-// verification pays K times the work spread over the threads, so one more token costs about
-// 2 / threads of a step (measured on the embedded model: 2 threads, K = 2 is 2.35 steps and
-// K = 5 3.6; the earlier 0.25 came from a machine with more cores), never taken below 0.25.
-// Other backends: 0.25 until measured (docs/SPECULATIVE.md).
+// verification does K times the work spread over the threads, so one more token costs about
+// 1.1 / threads of a step (measured on the embedded model with 2 threads: K = 2 is 1.55 steps,
+// K = 3 1.85; one thread: K steps), never taken below 0.25. Other backends: 0.25 until
+// measured (docs/SPECULATIVE.md).
 double default_verify_cost(const std::string& backend, int threads);
 
 class WidthController {
