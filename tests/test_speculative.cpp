@@ -447,22 +447,27 @@ TEST(Controller, AlwaysWrongFallsBackToPlainAndProbes) {
     auto first_plain = std::find(w.begin(), w.end(), 0);
     ASSERT_NE(first_plain, w.end());
     EXPECT_LE(first_plain - w.begin(), 8);
-    // ...then only one width-1 probe after every 16 plain rounds.
+    // ...then one width-1 probe after 16 plain rounds, and each fruitless probe doubles the gap.
     int probes = 0, run = 0;
     for (auto it = first_plain; it != w.end(); ++it) {
         ASSERT_LE(*it, 1);
         if (*it == 1) {
-            EXPECT_EQ(run, 16);
+            EXPECT_EQ(run, 16 << probes) << "probe " << probes;
             ++probes;
             run = 0;
         } else {
             ++run;
         }
     }
-    EXPECT_GE(probes, 10);
-    // When the drafter becomes right, the probes find out and the width comes back.
-    std::vector<int> back = drive(c, 60, [](int w) { return w; });
+    EXPECT_EQ(probes, 3);  // after 16, 32 and 64 plain rounds; the next comes after 128
+    // When the drafter becomes right, the next probe finds out, the width comes back, and the
+    // gap is back to 16 when drafting stops paying again.
+    std::vector<int> back = drive(c, 160, [](int w) { return w; });
     EXPECT_EQ(back.back(), 4);
+    std::vector<int> off = drive(c, 60, [](int) { return 0; });
+    auto again = std::find(off.begin(), off.end(), 0);
+    ASSERT_NE(again, off.end());
+    EXPECT_EQ(std::find(again, off.end(), 1) - again, 16);
 }
 
 TEST(Controller, TheWidthFollowsTheCostOfDrafting) {
@@ -497,10 +502,12 @@ TEST(Controller, ADraftThatCannotPayIsNeverProbed) {
         EXPECT_EQ(std::count(w.begin(), w.end(), 0), 100) << conf;
         EXPECT_FALSE(c.probing());
     }
-    // Just below the line it probes, and drafts once the acceptance it measures is high enough.
-    WidthController ok(with_verify_cost(0.7), 0.2, false);
+    // Below the line it probes, and drafts once the acceptance it measures (from a prior of
+    // 0.5, by probes at growing gaps: after 16, 32, 64, ... plain rounds) passes the 0.875 the
+    // rule needs at a draft cost of 0.8 (the fifth probe, about round 500).
+    WidthController ok(with_verify_cost(0.6), 0.2, false);
     EXPECT_FALSE(ok.never_pays());
-    std::vector<int> w = drive(ok, 200, [](int w) { return w; });
+    std::vector<int> w = drive(ok, 1000, [](int w) { return w; });
     EXPECT_GT(w.back(), 0);
 }
 

@@ -20,6 +20,7 @@ void ControllerOptions::validate() const {
         bad("verify_cost", "a finite number >= 0 (0 = the backend's estimate)", verify_cost);
     if (!std::isfinite(draft_cost)) bad("draft_cost", "finite (< 0 = the drafter's hint)", draft_cost);
     if (probe_every < 1) bad("probe_every", ">= 1", probe_every);
+    if (probe_max < 1) bad("probe_max", ">= 1", probe_max);
     if (!(memory > 0 && memory < 1)) bad("memory", "in (0, 1)", memory);
     if (!(prior > 0 && prior <= 1)) bad("prior", "in (0, 1]", prior);
     if (!(prior_weight > 0 && std::isfinite(prior_weight))) bad("prior_weight", "a finite number > 0", prior_weight);
@@ -31,6 +32,7 @@ WidthController::WidthController(const ControllerOptions& o, double hint, bool h
     if (!(hint >= 0 && std::isfinite(hint))) fail("speculative: the drafter's cost hint ", hint, " is not a finite number >= 0");
     if (!(o_.verify_cost > 0)) fail("speculative: verify_cost 0 (the backend's estimate) was not resolved");
     cv_ = o_.verify_cost;
+    probe_gap_ = o_.probe_every;
     c_ = cv_ + (o_.draft_cost >= 0 ? o_.draft_cost : hint);
     never_pays_ = rule_width(1, [](int) { return 1.0; }) == 0;
     // The prior decays with the evidence (both sums are multiplied by memory every round), so
@@ -68,8 +70,13 @@ int WidthController::next_width() {
     const double k = kappa();
     int w = rule_width(o_.cap, [&](int i) { return confidence_ && i > 0 ? 1.0 : k; });
     if (confidence_ && w > 0) w = o_.cap;  // the actual confidences cut it (keep())
-    // After probe_every rounds without drafts (by this rule, or keep() cutting every draft).
-    probing_ = plain_in_a_row_ >= o_.probe_every;
+    // After probe_gap_ rounds without drafts (by this rule, or keep() cutting every draft). A
+    // probe that leaves drafting off doubles the gap (up to probe_max): on the CPU a probe costs
+    // about three plain steps, so probing every 16 rounds where drafting cannot win lost 15-25%.
+    // Drafting that pays again brings the gap back to probe_every.
+    if (w > 0) probe_gap_ = o_.probe_every;
+    else if (probing_) probe_gap_ = std::min(2 * probe_gap_, std::max(o_.probe_every, o_.probe_max));
+    probing_ = plain_in_a_row_ >= probe_gap_;
     return probing_ ? 1 : w;
 }
 

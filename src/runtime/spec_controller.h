@@ -16,7 +16,8 @@
 // recent rounds (with conf = 1 that is the recent acceptance rate). A drafter without confidence
 // gets its width before drafting; one with confidence is asked for cap tokens and stops where
 // the rule fails on its actual confidences. So a badly drafting workload drives kappa, and the
-// width, to 0 (plain decoding); every probe_every plain rounds one width-1 round re-measures.
+// width, to 0 (plain decoding); after probe_every plain rounds one width-1 round re-measures,
+// and each probe that leaves drafting off doubles that gap, up to probe_max.
 // When even a draft that is surely accepted would not pay (2 tokens for 1 + c steps with c >= 1),
 // no acceptance rate can change that: the controller never drafts and never probes.
 //
@@ -35,6 +36,7 @@ struct ControllerOptions {
     double verify_cost = 0;
     double draft_cost = -1;    // >= 0: proposing one token, same unit; < 0 = the drafter's own hint
     int probe_every = 16;      // >= 1: after this many plain rounds in a row, one round of width 1
+    int probe_max = 256;       // >= 1: the longest gap between probes (it doubles per fruitless probe)
     double memory = 0.8;       // in (0, 1): weight of the past per observed round
     double prior = 0.5;        // in (0, 1]: kappa before any round without a confidence head (1 with one),
                                // as if seen in `prior_weight` drafts
@@ -85,6 +87,7 @@ private:
     bool confidence_;
     double accepted_, tested_;  // decayed sums: accepted drafts, and confidence over tested drafts
     int plain_in_a_row_ = 0;
+    int probe_gap_ = 16;  // plain rounds before the next probe
     bool probing_ = false;
     bool never_pays_ = false;
 };
