@@ -31,6 +31,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 double ms_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count() * 1e3; }
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,10 +106,6 @@ int main(int argc, char** argv) {
                 s.rewind(mk);
                 rewind.push_back(ms_since(t));
             }
-            auto median = [](std::vector<double> v) {
-                std::sort(v.begin(), v.end());
-                return v[v.size() / 2];
-            };
             per_k.push_back({{"K", K}, {"mark_ms", median(mark)}, {"decode_ms", median(decode)}, {"rewind_ms", median(rewind)}});
             std::printf("K=%d mark %.3f ms decode %.3f ms rewind %.3f ms (medians of %lld)\n", K, median(mark),
                         median(decode), median(rewind), static_cast<long long>(rounds));
@@ -116,8 +116,7 @@ int main(int argc, char** argv) {
             s.decode(tokens.data(), 1, logits.data());
             plain.push_back(ms_since(t));
         }
-        std::sort(plain.begin(), plain.end());
-        const double plain_ms = plain[plain.size() / 2];
+        const double plain_ms = median(plain);
         std::printf("plain one-token step %.3f ms\n", plain_ms);
         const char* graphs = std::getenv("DSV4_CUDA_GRAPHS");
         json receipt = {{"bench", "cuda_spec_round"},

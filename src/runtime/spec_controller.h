@@ -87,7 +87,7 @@ private:
     bool confidence_;
     double accepted_, tested_;  // decayed sums: accepted drafts, and confidence over tested drafts
     int plain_in_a_row_ = 0;
-    int probe_gap_ = 16;  // plain rounds before the next probe
+    int probe_gap_ = 0;   // plain rounds before the next probe (probe_every from the start)
     bool probing_ = false;
     bool never_pays_ = false;
 };

@@ -1,6 +1,7 @@
 #include "backend/cuda/device_state.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "backend/cuda/common.cuh"
 
@@ -56,17 +57,22 @@ DeviceCompressorState copy_partial(const DeviceCompressorState& s) {
     return m;
 }
 
+// The counters and partial windows of src into dst's buffers of the same shapes (rows aside).
+void copy_partial_into(DeviceCompressorState& dst, const DeviceCompressorState& src) {
+    dst.n_rows = src.n_rows;
+    dst.n_buf = src.n_buf;
+    dst.has_prev = src.has_prev;
+    if (src.active()) {
+        copy_d2d(dst.buf_kv.get(), src.buf_kv.get(), src.buf_kv.size());
+        copy_d2d(dst.buf_gate.get(), src.buf_gate.get(), src.buf_gate.size());
+        copy_d2d(dst.prev_kv.get(), src.prev_kv.get(), src.prev_kv.size());
+        copy_d2d(dst.prev_gate.get(), src.prev_gate.get(), src.prev_gate.size());
+    }
+}
+
 void restore_partial(DeviceCompressorState& s, const DeviceCompressorState& m) {
     if (m.n_rows > s.n_rows) fail("cannot rewind a device state forward (", m.n_rows, " > ", s.n_rows, " rows)");
-    s.n_rows = m.n_rows;
-    s.n_buf = m.n_buf;
-    s.has_prev = m.has_prev;
-    if (s.active()) {
-        copy_d2d(s.buf_kv.get(), m.buf_kv.get(), m.buf_kv.size());
-        copy_d2d(s.buf_gate.get(), m.buf_gate.get(), m.buf_gate.size());
-        copy_d2d(s.prev_kv.get(), m.prev_kv.get(), m.prev_kv.size());
-        copy_d2d(s.prev_gate.get(), m.prev_gate.get(), m.prev_gate.size());
-    }
+    copy_partial_into(s, m);
 }
 
 // The same into a mark's buffers from an earlier use (same shapes: one model), copies only.
@@ -75,13 +81,7 @@ void refill_partial(DeviceCompressorState& m, const DeviceCompressorState& s) {
         m = copy_partial(s);
         return;
     }
-    m.n_rows = s.n_rows;
-    m.n_buf = s.n_buf;
-    m.has_prev = s.has_prev;
-    copy_d2d(m.buf_kv.get(), s.buf_kv.get(), s.buf_kv.size());
-    copy_d2d(m.buf_gate.get(), s.buf_gate.get(), s.buf_gate.size());
-    copy_d2d(m.prev_kv.get(), s.prev_kv.get(), s.prev_kv.size());
-    copy_d2d(m.prev_gate.get(), s.prev_gate.get(), s.prev_gate.size());
+    copy_partial_into(m, s);
 }
 
 struct Mark {

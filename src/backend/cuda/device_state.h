@@ -5,7 +5,6 @@
 #pragma once
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "backend/cuda/device_memory.h"
