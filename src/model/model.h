@@ -10,6 +10,7 @@
 #include "io/gguf.h"
 #include "model/backend.h"
 #include "model/config.h"
+#include "model/shard.h"
 #include "model/state.h"
 #include "model/weights.h"
 
@@ -26,6 +27,11 @@ struct ForwardOptions {
     // rows hidden_from..T-1 (what the MTP and DSpark drafters read).
     float* hidden = nullptr;
     int64_t hidden_from = 0;
+    // When set, this call is one rank of a model split over shard->plan.ranks ranks: every rank
+    // calls forward with the same tokens on its own State, computes its part (model/shard.h)
+    // and sums the parts through shard->comm, so every rank gets the whole logits and hidden
+    // streams. CPU ops only.
+    const Shard* shard = nullptr;
 };
 
 // The one-layer config of the MTP block of a model of config c: a sliding-window, top-k routed layer.
@@ -56,6 +62,11 @@ public:
     // [T, vocab] (Logits::All) or [vocab] of the last token (Logits::Last) float32.
     void forward(const int32_t* tokens, int64_t T, State& state, float* logits, const ForwardOptions& opt = {}) const;
 
+    // The part of this model that rank `rank` of `ranks` computes in a sharded forward
+    // (model/shard.h), checked against the stored formats: throws an Error naming the layer and
+    // tensor whose columns cannot be split on its blocks.
+    ShardPlan shard_plan(int rank, int ranks) const;
+
     // The MTP (next-n) block, when the file has one (REFERENCE.md §8). Its state is a
     // State(mtp_config()): one sliding-window layer at the main model's positions.
     bool has_mtp() const { return !w_.mtp.empty() || (!file_ && cfg_.n_nextn > 0); }
@@ -69,12 +80,16 @@ public:
                      const ForwardOptions& opt = {}) const;
     // The MTP block's head alone: its output streams out[rows, hc_mult * hidden] -> logits
     // [rows, vocab] (what mtp_forward computes last; a drafter defers it to when it proposes).
-    void mtp_head(const float* out, int64_t rows, float* logits) const;
+    // With a shard, one rank's part of it (as in ForwardOptions::shard).
+    void mtp_head(const float* out, int64_t rows, float* logits, const Shard* shard = nullptr) const;
 
 private:
     // The layer loop body shared by the main layers and the MTP block: X[T, hc, D] in place.
     void run_layer(const ModelConfig& c, int l, const LayerWeights& L, MlpType mlp, const int32_t* tokens, int64_t T,
-                   State& st, int64_t band, float* X) const;
+                   State& st, int64_t band, const Shard* shard, float* X) const;
+    // The LM head over y[rows, hidden] (final-normed): logits[rows, vocab], or this rank's
+    // vocabulary rows of them summed over the shard's group.
+    void lm_head(const float* y, int64_t rows, float* logits, const Shard* shard) const;
 
     std::unique_ptr<gguf::Reader> file_;
     std::string name_;

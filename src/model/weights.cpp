@@ -166,6 +166,17 @@ LayerWeights bind_layer(Binder& b, const gguf::Reader& f, const ModelConfig& c, 
 
 }  // namespace
 
+Mat column_slice(const Mat& m, int64_t c0, int64_t c1) {
+    const int64_t block = gguf::type_block_elems(m.type);
+    if (c0 < 0 || c1 > m.cols || c0 > c1 || c0 % block != 0 || c1 % block != 0)
+        fail("columns [", c0, ", ", c1, ") of a [", m.rows, ", ", m.cols, "] ", gguf::type_name(m.type),
+             " matrix do not fall on its blocks of ", block);
+    Mat v = m;
+    v.cols = c1 - c0;
+    v.data = m.data + size_t(c0 / block) * gguf::type_block_bytes(m.type);
+    return v;
+}
+
 ModelWeights bind_weights(const gguf::Reader& f, const ModelConfig& c) {
     Binder b(f);
     ModelWeights w;

@@ -31,6 +31,10 @@ struct MatStack {
     }
 };
 
+// Columns [c0, c1) of m as a matrix of the same rows (the row stride stays m's: a view, no
+// copy). c0 and c1 must fall on block boundaries of m's format; throws otherwise.
+Mat column_slice(const Mat& m, int64_t c0, int64_t c1);
+
 struct CompressorWeights {
     Mat kv, gate;            // [coff * width, hidden]
     std::vector<float> ape;  // [ratio, coff * width]

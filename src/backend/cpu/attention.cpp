@@ -164,10 +164,17 @@ void window_keys(const LatentRows& r, int64_t p, KeySet& keys) {
 }
 
 void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, const Rope& rope, const float* a,
-                     int64_t T, int64_t pos0, int64_t band, LayerState& st, float* out) {
+                     int64_t T, int64_t pos0, int64_t band, LayerState& st, float* out, const ShardPlan* shard) {
     DSV4_TRACE("attention");
-    const int H = c.n_heads, d = c.head_dim, Wn = c.window;
-    const int64_t Hd = int64_t(H) * d;
+    const int d = c.head_dim, Wn = c.window;
+    const Range heads = shard ? shard->heads : Range{0, c.n_heads};
+    const Range groups = shard ? shard->groups : Range{0, c.o_groups};
+    if (heads.empty()) {  // a rank without heads adds nothing to the sum (and keeps no state)
+        std::fill(out, out + T * c.hidden, 0.0f);
+        return;
+    }
+    const int H = int(heads.size());  // this rank's heads h0 .. h0 + H - 1
+    const int64_t h0 = heads.begin, Hd = int64_t(H) * d;
     const float eps = float(c.norm_eps);
     const AttnType type = c.attn[size_t(layer)];
 
@@ -175,7 +182,7 @@ void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, con
     std::vector<float> qr(static_cast<size_t>(T * c.q_lora)), q(static_cast<size_t>(T * Hd)), kv(static_cast<size_t>(T * d));
     matmul(a, T, w.q_a, qr.data());
     rmsnorm(qr.data(), T, c.q_lora, w.q_a_norm.data(), eps);
-    matmul(qr.data(), T, w.q_b, q.data());
+    matmul(qr.data(), c.q_lora, T, w.q_b, h0 * d, h0 * d + Hd, q.data(), Hd);
     rmsnorm(q.data(), T * H, d, nullptr, eps);
     // One latent K=V row per token.
     matmul(a, T, w.kv, kv.data());
@@ -251,7 +258,7 @@ void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, con
                 }
             }
             float* o = &attn[size_t(t * Hd)];
-            attend_heads(&q[size_t(t * Hd)], H, keys, d, scale, w.sinks.data(), o);
+            attend_heads(&q[size_t(t * Hd)], H, keys, d, scale, w.sinks.data() + h0, o);
             for (int h = 0; h < H; ++h) rope.apply(o + h * d, d, p, /*inverse=*/true);  // V carried rope by its position
         }
     });
@@ -267,14 +274,15 @@ void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, con
         st.n_window = int(keep);
     }
 
-    // Grouped low-rank output: each group of heads projects to o_lora, then one mix to hidden.
-    const int G = c.o_groups;
-    const int64_t per_group = Hd / G, GL = int64_t(G) * c.o_lora;
+    // Grouped low-rank output: each group of heads projects to o_lora, then one mix to hidden
+    // (over this rank's groups: o_b's columns of them, a partial sum of the whole output).
+    const int64_t L = c.o_lora, per_group = int64_t(c.n_heads / c.o_groups) * d, GL = groups.size() * L;
     std::vector<float> u(static_cast<size_t>(T * GL));
-    for (int g = 0; g < G; ++g)
-        matmul(attn.data() + g * per_group, Hd, T, w.o_a, int64_t(g) * c.o_lora, int64_t(g + 1) * c.o_lora,
-               u.data() + int64_t(g) * c.o_lora, GL);
-    matmul(u.data(), T, w.o_b, out);
+    for (int64_t g = groups.begin; g < groups.end; ++g)
+        matmul(attn.data() + (g - groups.begin) * per_group, Hd, T, w.o_a, g * L, (g + 1) * L,
+               u.data() + (g - groups.begin) * L, GL);
+    const Mat o_b = shard ? column_slice(w.o_b, groups.begin * L, groups.end * L) : w.o_b;
+    matmul(u.data(), T, o_b, out);
 }
 
 }  // namespace dsv4::cpu

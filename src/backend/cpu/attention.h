@@ -7,6 +7,7 @@
 
 #include "backend/cpu/rope.h"
 #include "model/config.h"
+#include "model/shard.h"
 #include "model/state.h"
 #include "model/weights.h"
 
@@ -60,7 +61,9 @@ void window_keys(const LatentRows& rows, int64_t p, KeySet& keys);
 
 // The whole attention block for T tokens a[T, hidden] at positions pos0 ...; queries are
 // processed in bands of `band` (each sees everything before it; nothing is [queries x keys]).
+// With a shard, only its heads and output groups: `out` is then this rank's partial sum.
 void attention_block(const ModelConfig& c, int layer, const LayerWeights& w, const Rope& rope, const float* a,
-                     int64_t T, int64_t pos0, int64_t band, LayerState& state, float* out);
+                     int64_t T, int64_t pos0, int64_t band, LayerState& state, float* out,
+                     const ShardPlan* shard = nullptr);
 
 }  // namespace dsv4::cpu

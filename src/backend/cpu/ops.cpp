@@ -262,7 +262,7 @@ void clamped_swiglu(float* gate, const float* up, int64_t n, float limit) {
 }  // namespace
 
 void moe(const ModelConfig& c, const LayerWeights& w, MlpType type, const float* f, const int32_t* tokens, int64_t T,
-         float* out) {
+         float* out, const ShardPlan* shard) {
     DSV4_TRACE("moe");
     const int64_t D = c.hidden, I = c.moe_inter;
     const int k = c.top_k;
@@ -281,7 +281,8 @@ void moe(const ModelConfig& c, const LayerWeights& w, MlpType type, const float*
     for (int64_t t = 0; t < T; ++t)
         for (int i = 0; i < k; ++i) by_expert[size_t(ids[size_t(t * k + i)])].push_back({t, wts[size_t(t * k + i)]});
     std::vector<float> xs, g, u, y;
-    for (int e = 0; e < c.n_experts; ++e) {
+    const Range experts = shard ? shard->experts : Range{0, c.n_experts};
+    for (int e = int(experts.begin); e < int(experts.end); ++e) {
         const auto& list = by_expert[size_t(e)];
         if (list.empty()) continue;
         DSV4_TRACE_ARG("moe.expert", e);
@@ -301,12 +302,18 @@ void moe(const ModelConfig& c, const LayerWeights& w, MlpType type, const float*
             for (int64_t i = 0; i < D; ++i) o[i] += y[size_t(r * D + i)] * wt;
         }
     }
+    // The shared expert over this rank's intermediate columns (all of them unsharded): gate and
+    // up rows [s0, s1), down columns [s0, s1), a partial sum of the whole expert.
     DSV4_TRACE("moe.shared");
-    std::vector<float> sg(static_cast<size_t>(T * I)), su(static_cast<size_t>(T * I)), sy(static_cast<size_t>(T * D));
-    matmul(f, T, w.gate_sh, sg.data());
-    matmul(f, T, w.up_sh, su.data());
-    clamped_swiglu(sg.data(), su.data(), T * I, limit);
-    matmul(sg.data(), T, w.down_sh, sy.data());
+    const Range cols = shard ? shard->shared_cols : Range{0, I};
+    if (cols.empty()) return;
+    const int64_t S = cols.size();
+    std::vector<float> sg(static_cast<size_t>(T * S)), su(static_cast<size_t>(T * S)), sy(static_cast<size_t>(T * D));
+    matmul(f, D, T, w.gate_sh, cols.begin, cols.end, sg.data(), S);
+    matmul(f, D, T, w.up_sh, cols.begin, cols.end, su.data(), S);
+    clamped_swiglu(sg.data(), su.data(), T * S, limit);
+    const Mat down = shard ? column_slice(w.down_sh, cols.begin, cols.end) : w.down_sh;
+    matmul(sg.data(), T, down, sy.data());
     for (int64_t i = 0; i < T * D; ++i) out[i] += sy[size_t(i)];
 }
 

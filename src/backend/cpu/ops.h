@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/shard.h"
 #include "model/weights.h"
 
 namespace dsv4::cpu {
@@ -36,8 +37,9 @@ void hc_head(const ModelConfig& c, const Mat& fn, const float* base, const float
              float* y);
 
 // Routed experts + shared expert for T tokens f[T, D] -> out[T, D]. Hash layers route by token id.
+// With a shard, only its experts and shared columns: `out` is then this rank's partial sum.
 void moe(const ModelConfig& c, const LayerWeights& w, MlpType type, const float* f, const int32_t* tokens, int64_t T,
-         float* out);
+         float* out, const ShardPlan* shard = nullptr);
 
 // The expert choice of one token (exposed for tests): top_k ids and their weights.
 void route(const ModelConfig& c, const LayerWeights& w, MlpType type, const float* logits, int32_t token, int32_t* ids,
