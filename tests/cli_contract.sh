@@ -31,6 +31,8 @@ expect 2 "'x7' is not a token id" -- "$bin" logits --model "$tmp/m.gguf" --token
 expect 2 "outside the vocabulary" -- "$bin" logits --model "$tmp/m.gguf" --tokens "1 99999" --out "$tmp/l.f32"
 expect 1 "not a GGUF file" -- "$bin" logits --model "$fx/config.json" --tokens "1 2" --out "$tmp/l.f32"
 expect 0 "" -- "$bin" logits --model "$tmp/m.gguf" --tokens "5 6 7" --out "$tmp/l.f32" --chunk 2
+expect 2 "--gpus 2: the CPU backend runs on no GPU" -- "$bin" logits --model "$tmp/m.gguf" --tokens "5 6" --out "$tmp/g.f32" --gpus 2
+expect 2 "--gpus" -- "$bin" logits --model "$tmp/m.gguf" --tokens "5 6" --out "$tmp/g.f32" --gpus 0
 size=$(stat -c %s "$tmp/l.f32")
 if [ "$size" != $((3 * 384 * 4)) ]; then echo "FAIL: logits file has $size bytes, want $((3 * 384 * 4))"; failures=$((failures + 1)); fi
 # dsv4 run: text on stdout, one stats line on stderr; bad input is a usage error.

@@ -137,6 +137,10 @@ TEST(QualityArm, ParsesKeysAndRejectsBadOnes) {
     EXPECT_NE(message("colour=red").find("unknown key 'colour'"), std::string::npos);
     EXPECT_NE(message("band").find("not key=value"), std::string::npos);
     EXPECT_EQ(parse_arm("backend=cuda", "--b").backend, "cuda");
+    EXPECT_EQ(parse_arm("backend=cuda gpus=4", "--b").gpus, 4);
+    EXPECT_EQ(d.gpus, 1);
+    EXPECT_NE(message("gpus=0").find("gpus=0"), std::string::npos);
+    EXPECT_NE(message("gpus=65").find("more than 64"), std::string::npos);
     EXPECT_NE(message("backend=tpu").find("backend=tpu"), std::string::npos);
     ArmOptions t2 = parse_arm("threads=2", "--a"), t3 = parse_arm("threads=3", "--b");
     EXPECT_THROW(apply_arm_threads({t2, t3}), UsageError);

@@ -129,11 +129,14 @@ int run_bench(const BenchArgs& args) {
         // Synthetic weights live on the GPU: their arms run there unless told otherwise.
         if (!args.synthetic.empty() && o.text.find("backend=") == std::string::npos) o.backend = "cuda";
         std::string p = args.synthetic.empty() ? arm_model_path(o, args.model) : "synthetic:" + args.synthetic;
-        const std::string key = p + "@" + o.backend;
+        const std::string key = cat(p, "@", o.backend, "x", o.gpus);
         if (!args.synthetic.empty() && o.backend != "cuda")
             throw UsageError(cat("--synthetic: synthetic models run on the CUDA backend only (backend=", o.backend, ")"));
+        if (!args.synthetic.empty() && o.gpus != 1)
+            throw UsageError(cat("--synthetic with gpus=", o.gpus, ": synthetic weights are made for one GPU only so far "
+                                 "(docs/PARALLEL.md); bench a GGUF file over several GPUs"));
         if (!models.count(key))
-            models[key] = args.synthetic.empty() ? std::make_unique<Model>(p, o.backend) : open_synthetic(args);
+            models[key] = args.synthetic.empty() ? std::make_unique<Model>(p, o.backend, o.gpus) : open_synthetic(args);
         paths.push_back(p);
         BenchArm arm{models[key].get(), arm_prefill_options(o), {}};
         drafters.push_back(std::make_unique<spec::DrafterFactory>(spec::parse_spec(o.spec), *arm.model, arm.prefill));

@@ -31,7 +31,7 @@ int run_retrieval(const EvalArgs& a) {
     ArmOptions arm = parse_arm(a.opts, "--opts");
     apply_arm_threads({arm});
     const std::string path = arm_model_path(arm, a.model);
-    Model model(path, arm.backend);
+    Model model(path, arm.backend, arm.gpus);
     const ModelConfig& c = model.config();
     if (!has_tokenizer(model.file())) fail(path, ": the file has no tokenizer; retrieval needs one");
     if (c.max_positions > 0 && a.tokens + 16 > c.max_positions)

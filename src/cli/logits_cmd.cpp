@@ -17,6 +17,7 @@ namespace dsv4::cli {
 namespace {
 struct LogitsArgs {
     std::string model, tokens, tokens_file, out, backend = "cpu";
+    int gpus = 1;
     long chunk = 0;
 };
 
@@ -48,7 +49,7 @@ int run_logits(const LogitsArgs& a) {
     } else {
         throw UsageError("logits needs --tokens or --tokens-file");
     }
-    Model model(a.model, a.backend);
+    Model model(a.model, a.backend, a.gpus);
     const ModelConfig& c = model.config();
     for (int32_t t : tokens)
         if (t >= c.vocab) throw UsageError(cat("token id ", t, " is outside the vocabulary of ", c.vocab));
@@ -82,6 +83,8 @@ CommandRunner setup(CLI::App& app) {
     c->add_option("--out", a->out, "output file")->required();
     c->add_option("--chunk", a->chunk, "prefill in chunks of N tokens (0 = one chunk)")->check(CLI::NonNegativeNumber);
     c->add_option("--backend", a->backend, "compute backend")->check(CLI::IsMember({"cpu", "cuda"}));
+    c->add_option("--gpus", a->gpus, "split the model over the first N GPUs (--backend cuda; docs/PARALLEL.md)")
+        ->check(CLI::Range(1, 64));
     return [a] { return run_logits(*a); };
 }
 

@@ -25,6 +25,7 @@ namespace dsv4::cli {
 namespace {
 struct RunArgs {
     std::string model, prompt, prompt_file, spec = "off", trace, backend = "cpu";
+    int gpus = 1;
     long n = 256;
     long band = 2048, frontier = 5;
     int spec_cap = 4;
@@ -94,7 +95,7 @@ int run_generate(const RunArgs& a) {
     std::string text = read_prompt(a);
     if (text.empty()) throw UsageError("run needs a prompt: -p TEXT or --file F");
 
-    Model model(model_path_or_default(a.model), a.backend);
+    Model model(model_path_or_default(a.model), a.backend, a.gpus);
     if (!has_tokenizer(model.file()))
         fail(a.model.empty() ? "the default model" : a.model,
              ": the file has no tokenizer (convert it with tokenizer.json beside config.json, or --tokenizer)");
@@ -166,6 +167,8 @@ CommandRunner setup(CLI::App& app) {
     CLI::App* c = app.add_subcommand("run", "generate text from a prompt, streaming it to stdout");
     c->add_option("--model", a->model, "GGUF model file (default: the embedded model)");
     c->add_option("--backend", a->backend, "compute backend (cuda: the GPU)")->check(CLI::IsMember({"cpu", "cuda"}));
+    c->add_option("--gpus", a->gpus, "split the model over the first N GPUs (--backend cuda; docs/PARALLEL.md)")
+        ->check(CLI::Range(1, 64));
     c->add_option("--trace", a->trace, "write a Chrome/Perfetto trace (JSON) here and print the per-op table");
     auto* p = c->add_option("-p,--prompt", a->prompt, "prompt text");
     auto* f = c->add_option("--file", a->prompt_file, "read the prompt from a file");

@@ -22,6 +22,7 @@ namespace dsv4::cli {
 namespace {
 struct ServeArgs {
     std::string model, host = "127.0.0.1", name, api_key, spec = "off", trace, backend = "cpu";
+    int gpus = 1;
     int spec_cap = spec::ControllerOptions{}.cap;
     double spec_verify_cost = spec::ControllerOptions{}.verify_cost;
     std::vector<std::string> aliases;
@@ -38,7 +39,7 @@ int run_serve(ServeArgs& a) {
         if (const char* k = std::getenv("DSV4_API_KEY")) a.api_key = k;
     const spec::SpecChoice spec_choice = spec::parse_spec(a.spec);  // before anything is loaded
     const std::string path = model_path_or_default(a.model);
-    Model model(path, a.backend);
+    Model model(path, a.backend, a.gpus);
     if (!has_tokenizer(model.file()))
         fail(path, ": the file has no tokenizer (convert it with tokenizer.json beside config.json, or --tokenizer)");
     Tokenizer tok(model.file());
@@ -98,6 +99,8 @@ CommandRunner setup(CLI::App& app) {
     CLI::App* c = app.add_subcommand("serve", "OpenAI- and Anthropic-compatible HTTP server (docs/SERVER.md)");
     c->add_option("--model", a->model, "GGUF model file (default: the embedded model)");
     c->add_option("--backend", a->backend, "compute backend (cuda: the GPU)")->check(CLI::IsMember({"cpu", "cuda"}));
+    c->add_option("--gpus", a->gpus, "split the model over the first N GPUs (--backend cuda; docs/PARALLEL.md)")
+        ->check(CLI::Range(1, 64));
     c->add_option("--host", a->host, "address to listen on")->capture_default_str();
     c->add_option("--port", a->port, "TCP port (0: any free one)")->check(CLI::Range(0, 65535))->capture_default_str();
     c->add_option("--model-name", a->name, "model id clients send (default: the file name without .gguf)");

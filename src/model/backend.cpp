@@ -23,7 +23,8 @@ void register_backend(const std::string& name, BackendFactory factory) {
     registry()[name] = factory;
 }
 
-std::unique_ptr<ForwardBackend> open_backend(const std::string& name, const Model& model) {
+std::unique_ptr<ForwardBackend> open_backend(const std::string& name, const Model& model, int gpus) {
+    if (gpus < 1) throw UsageError(cat("--gpus ", gpus, ": needs at least one GPU"));
     BackendFactory f = nullptr;
     {
         std::lock_guard<std::mutex> lk(registry_mutex());
@@ -35,7 +36,7 @@ std::unique_ptr<ForwardBackend> open_backend(const std::string& name, const Mode
             throw UsageError("--backend cuda: this build has no CUDA backend (nvcc was not found when it was built)");
         throw UsageError(cat("--backend ", name, ": unknown backend (cpu or cuda)"));
     }
-    return f(model);
+    return f(model, gpus);
 }
 
 }  // namespace dsv4

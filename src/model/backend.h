@@ -46,12 +46,13 @@ public:
     virtual Peak measure_peak() const = 0;
 };
 
-// Opens a backend for the model by name ("cuda"); throws (naming the backend and why) when
-// this build or this machine has none. Backends register themselves (register_backend) from
-// the front end, which links them.
+// Opens a backend for the model by name ("cuda") on `gpus` devices (more than one: the model
+// split over them, docs/PARALLEL.md); throws (naming the backend and why) when this build or
+// this machine has none. Backends register themselves (register_backend) from the front end,
+// which links them.
 class Model;
-using BackendFactory = std::unique_ptr<ForwardBackend> (*)(const Model& model);
+using BackendFactory = std::unique_ptr<ForwardBackend> (*)(const Model& model, int gpus);
 void register_backend(const std::string& name, BackendFactory factory);
-std::unique_ptr<ForwardBackend> open_backend(const std::string& name, const Model& model);
+std::unique_ptr<ForwardBackend> open_backend(const std::string& name, const Model& model, int gpus = 1);
 
 }  // namespace dsv4

@@ -20,7 +20,7 @@ ModelConfig mtp_block_config(const ModelConfig& c) {
     return m;
 }
 
-Model::Model(const std::string& path, const std::string& backend)
+Model::Model(const std::string& path, const std::string& backend, int gpus)
     : file_(std::make_unique<gguf::Reader>(path)),
       name_(path),
       cfg_(config_from_gguf(*file_)),
@@ -28,7 +28,8 @@ Model::Model(const std::string& path, const std::string& backend)
       mtp_cfg_(mtp_block_config(cfg_)),
       rope_main_(cfg_.rope_main, cfg_.rope_dim),
       rope_compress_(cfg_.rope_compress, cfg_.rope_dim) {
-    if (backend != "cpu") backend_ = open_backend(backend, *this);
+    if (backend != "cpu") backend_ = open_backend(backend, *this, gpus);
+    else if (gpus != 1) throw UsageError(cat("--gpus ", gpus, ": the CPU backend runs on no GPU (use --backend cuda)"));
 }
 
 Model::Model(const ModelConfig& cfg, std::unique_ptr<ForwardBackend> backend, std::string name)

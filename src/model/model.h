@@ -40,8 +40,8 @@ ModelConfig mtp_block_config(const ModelConfig& c);
 class Model {
 public:
     // backend "cpu" (the reference ops) or another registered one ("cuda"), which then runs
-    // every forward with its own copy of the weights.
-    explicit Model(const std::string& gguf_path, const std::string& backend = "cpu");
+    // every forward with its own copy of the weights; gpus > 1 splits it over that many devices.
+    explicit Model(const std::string& gguf_path, const std::string& backend = "cpu", int gpus = 1);
     // A model without a file (synthetic shapes): the backend made its own weights and runs
     // every forward; the CPU path and file() are not available.
     Model(const ModelConfig& cfg, std::unique_ptr<ForwardBackend> backend, std::string name);

@@ -37,7 +37,7 @@ ArmOptions parse_arm(const std::string& opts, const std::string& what) {
         i = j;
         size_t eq = item.find('=');
         if (eq == std::string::npos || eq == 0)
-            throw UsageError(cat(what, ": '", item, "' is not key=value (keys: model, band, frontier, backend, threads, spec, spec_cap, spec_verify_cost)"));
+            throw UsageError(cat(what, ": '", item, "' is not key=value (keys: model, band, frontier, backend, gpus, threads, spec, spec_cap, spec_verify_cost)"));
         std::string key = item.substr(0, eq), v = item.substr(eq + 1);
         if (key == "model") {
             if (v.empty()) throw UsageError(cat(what, ": model= needs a file"));
@@ -65,11 +65,15 @@ ArmOptions parse_arm(const std::string& opts, const std::string& what) {
             if (v.empty() || *end != '\0' || !(x > 0) || x > 1e3)
                 throw UsageError(cat(what, ": spec_verify_cost=", v, " is not a positive number"));
             a.spec_verify_cost = x;
+        } else if (key == "gpus") {
+            int64_t g = parse_positive(what, key, v);
+            if (g > 64) throw UsageError(cat(what, ": gpus=", v, " is more than 64"));
+            a.gpus = int(g);
         } else if (key == "backend") {
             if (v != "cpu" && v != "cuda") throw UsageError(cat(what, ": backend=", v, " is not a backend (cpu, cuda)"));
             a.backend = v;
         } else {
-            throw UsageError(cat(what, ": unknown key '", key, "' (keys: model, band, frontier, backend, threads, spec, spec_cap, spec_verify_cost)"));
+            throw UsageError(cat(what, ": unknown key '", key, "' (keys: model, band, frontier, backend, gpus, threads, spec, spec_cap, spec_verify_cost)"));
         }
     }
     return a;
@@ -103,7 +107,7 @@ void apply_arm_threads(const std::vector<ArmOptions>& arms) {
 
 nlohmann::json arm_json(const ArmOptions& a, const std::string& model_path) {
     return {{"opts", a.text},       {"model", model_path}, {"band", a.band},        {"frontier", a.frontier},
-            {"backend", a.backend}, {"threads", a.threads}, {"spec", a.spec},       {"spec_cap", a.spec_cap},
+            {"backend", a.backend}, {"gpus", a.gpus}, {"threads", a.threads}, {"spec", a.spec},       {"spec_cap", a.spec_cap},
             {"spec_verify_cost", a.spec_verify_cost}};
 }
 

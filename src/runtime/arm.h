@@ -22,6 +22,7 @@ struct ArmOptions {
     int64_t band = 2048;      // prefill band (PrefillOptions::band)
     int frontier = 5;         // bands per prefill step (PrefillOptions::frontier_bands)
     std::string backend = "cpu";
+    int gpus = 1;             // > 1: the model split over that many GPUs (backend=cuda)
     int threads = 0;          // worker threads; 0 = the process default (DSV4_THREADS or all cores)
     std::string spec = "off"; // speculative decoding: off | mtp | draft:FILE | dspark:FILE
     int spec_cap = 4;         // most draft tokens per round

@@ -35,9 +35,9 @@ float expected_sum(int ranks, size_t i) { return float(ranks) * float(i % 7) + f
 // Each rank on its own thread (its device current) sums a device buffer of n floats twice.
 void check_group(int ranks, const std::vector<int>& device_of, const std::function<Communicator&(int)>& member) {
     const size_t n = 3 * 1024 + 5;  // not a multiple of any chunk size
-    std::vector<std::vector<float>> got(size_t(ranks));
+    std::vector<std::vector<float>> got(static_cast<size_t>(ranks));
     std::vector<std::thread> threads;
-    std::vector<std::string> errors(size_t(ranks));
+    std::vector<std::string> errors(static_cast<size_t>(ranks));
     for (int r = 0; r < ranks; ++r)
         threads.emplace_back([&, r] {
             try {
@@ -70,7 +70,7 @@ void check_group(int ranks, const std::vector<int>& device_of, const std::functi
 TEST(CudaNccl, OneRankPerVisibleGpu) {
     REQUIRE_DEVICES(1);
     const int n = cuda::device_count();
-    std::vector<int> devices(size_t(n));
+    std::vector<int> devices(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) devices[size_t(i)] = i;
     cuda::NcclGroup group(devices);
     check_group(n, devices, [&](int r) -> Communicator& { return group.member(r); });

@@ -9,14 +9,16 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_query.h"
 #include "backend/cuda/forward.h"
+#include "backend/cuda/sharded_backend.h"
 
 namespace dsv4::cuda {
 
 namespace {
 
-std::unique_ptr<ForwardBackend> open_cuda(const Model& m) {
+std::unique_ptr<ForwardBackend> open_cuda(const Model& m, int gpus) {
     if (device_count() == 0) fail("--backend cuda: no CUDA device is visible (cudaGetDeviceCount found none)");
     if (!m.has_file()) fail(m.name(), ": a model without a file cannot be uploaded");
+    if (gpus > 1) return make_sharded_backend(m, gpus);
     return std::make_unique<CudaBackend>(m.config(), upload_weights(m.config(), m.weights()));
 }
 

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 
@@ -17,6 +18,7 @@ namespace {
 struct NcclApi {
     decltype(&ncclCommInitAll) comm_init_all = nullptr;
     decltype(&ncclCommDestroy) comm_destroy = nullptr;
+    decltype(&ncclCommAbort) comm_abort = nullptr;
     decltype(&ncclAllReduce) all_reduce = nullptr;
     decltype(&ncclGetErrorString) error_string = nullptr;
 };
@@ -41,6 +43,7 @@ const NcclApi& nccl() {
         };
         api.comm_init_all = reinterpret_cast<decltype(api.comm_init_all)>(get("ncclCommInitAll"));
         api.comm_destroy = reinterpret_cast<decltype(api.comm_destroy)>(get("ncclCommDestroy"));
+        api.comm_abort = reinterpret_cast<decltype(api.comm_abort)>(get("ncclCommAbort"));
         api.all_reduce = reinterpret_cast<decltype(api.all_reduce)>(get("ncclAllReduce"));
         api.error_string = reinterpret_cast<decltype(api.error_string)>(get("ncclGetErrorString"));
     });
@@ -59,7 +62,11 @@ public:
     Member(ncclComm_t comm, int rank, int size, cudaStream_t stream)
         : comm_(comm), rank_(rank), size_(size), stream_(stream) {}
     ~Member() override {
-        if (comm_) nccl().comm_destroy(comm_);
+        if (ncclComm_t c = comm_.load()) nccl().comm_destroy(c);
+    }
+    // From another thread than the rank's own (the one that saw a rank fail).
+    void abort() {
+        if (ncclComm_t c = comm_.exchange(nullptr)) nccl().comm_abort(c);
     }
     int rank() const override { return rank_; }
     int size() const override { return size_; }
@@ -67,14 +74,16 @@ public:
     // (the collective itself is asynchronous; the bench times the device with events).
     void all_reduce_sum(float* data, size_t n) override {
         auto t0 = std::chrono::steady_clock::now();
-        nccl_check(nccl().all_reduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_), "all-reduce");
+        ncclComm_t comm = comm_.load();
+        if (!comm) fail("NCCL all-reduce: the group was aborted after a rank failed");
+        nccl_check(nccl().all_reduce(data, data, n, ncclFloat32, ncclSum, comm, stream_), "all-reduce");
         stats_.calls += 1;
         stats_.bytes += int64_t(n * sizeof(float));
         stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
 
 private:
-    ncclComm_t comm_;
+    std::atomic<ncclComm_t> comm_;
     int rank_, size_;
     cudaStream_t stream_;
 };
@@ -99,6 +108,10 @@ NcclGroup::NcclGroup(const std::vector<int>& devices, const std::vector<cudaStre
 }
 
 NcclGroup::~NcclGroup() = default;
+
+void NcclGroup::abort() {
+    for (auto& m : members_) m->abort();
+}
 
 Communicator& NcclGroup::member(int rank) {
     if (rank < 0 || rank >= size()) fail("rank ", rank, " is not in an NCCL group of ", size());

@@ -30,6 +30,9 @@ public:
     // Rank r's communicator: call it from a thread whose current device is devices[r]
     // (one host thread per GPU, as NCCL expects of ncclAllReduce outside a group call).
     Communicator& member(int rank);
+    // Aborts every rank's communicator (ncclCommAbort): collectives waiting for a rank that
+    // failed end with an error instead of hanging. The group cannot be used afterwards.
+    void abort();
 
 private:
     class Member;

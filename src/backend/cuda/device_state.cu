@@ -8,12 +8,17 @@
 namespace dsv4::cuda {
 
 Stream forward_stream() {
-    static cudaStream_t s = [] {
-        cudaStream_t made = nullptr;
-        DSV4_CUDA_CHECK(cudaStreamCreate(&made));
-        return made;
-    }();
-    return s;
+    // One per device, so that the ranks of a model split over GPUs (one thread each, its device
+    // current) each queue on their own GPU.
+    constexpr int kMaxDevices = 64;
+    static cudaStream_t streams[kMaxDevices] = {};
+    static std::mutex m;
+    int dev = 0;
+    DSV4_CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= kMaxDevices) fail("CUDA device ", dev, " (at most ", kMaxDevices, " supported)");
+    std::lock_guard<std::mutex> lk(m);
+    if (!streams[dev]) DSV4_CUDA_CHECK(cudaStreamCreate(&streams[dev]));
+    return streams[dev];
 }
 
 void copy_d2d(void* dst, const void* src, size_t n, Stream stream) {

@@ -54,7 +54,8 @@ private:
     mutable std::shared_ptr<MarkPool> marks_;  // made by the first mark(); shared with the marks it hands out
 };
 
-// The stream every CUDA forward and state copy runs on: one per process, created on first use.
+// The stream every CUDA forward and state copy runs on: one per device (the current one),
+// created on first use.
 // A blocking stream, so that the synchronous copies of DeviceBuffer (legacy default stream) wait
 // for the work queued on it; not the legacy stream itself, so that it can be captured in a graph.
 Stream forward_stream();

@@ -2,6 +2,8 @@
 
 #include "backend/cpu/rope.h"
 
+#include <cstring>
+
 namespace dsv4::cuda {
 
 namespace {
@@ -19,11 +21,43 @@ DeviceVec upload_values(const std::vector<T>& v) {
 DeviceWeight up(const Mat& m) { return m ? upload(m) : DeviceWeight{}; }
 DeviceWeight up(const MatStack& s) { return s.first ? upload(s) : DeviceWeight{}; }
 
+// A rank's slices (model/shard.h): rows [r.begin, r.end) of m (contiguous in the file), columns
+// [r.begin, r.end) repacked into rows of their own, matrices [r.begin, r.end) of a stack.
+DeviceWeight up_rows(const Mat& m, Range r) {
+    if (!m || r.empty()) return {};
+    Mat v = m;
+    v.rows = r.size();
+    v.data = m.row(r.begin);
+    return upload(v);
+}
+DeviceWeight up_cols(const Mat& m, Range r) {
+    if (!m || r.empty()) return {};
+    const Mat view = column_slice(m, r.begin, r.end);
+    const size_t rb = gguf::tensor_bytes(m.type, {view.cols});
+    std::vector<uint8_t> packed(rb * size_t(view.rows));
+    for (int64_t i = 0; i < view.rows; ++i) std::memcpy(&packed[size_t(i) * rb], view.row(i), rb);
+    Mat v = view;
+    v.row_bytes = rb;
+    v.data = packed.data();
+    return upload(v);
+}
+DeviceWeight up_stack(const MatStack& s, Range r) {
+    if (!s.first || r.empty()) return {};
+    MatStack v = s;
+    v.first = s.at(r.begin);
+    v.n = r.size();
+    return upload(v);
+}
+template <class T>
+std::vector<T> part(const std::vector<T>& v, Range r) {
+    return std::vector<T>(v.begin() + r.begin, v.begin() + r.end);
+}
+
 DeviceCompressor up(const CompressorWeights& c) {
     return {up(c.kv), up(c.gate), upload_vec(c.ape), upload_vec(c.norm)};
 }
 
-DeviceLayer up(const LayerWeights& L) {
+DeviceLayer up(const ModelConfig& c, const LayerWeights& L, const ShardPlan* plan) {
     DeviceLayer d;
     d.attn_norm = upload_vec(L.attn_norm);
     d.ffn_norm = upload_vec(L.ffn_norm);
@@ -54,6 +88,21 @@ DeviceLayer up(const LayerWeights& L) {
     d.gate_sh = up(L.gate_sh);
     d.up_sh = up(L.up_sh);
     d.down_sh = up(L.down_sh);
+    if (plan) {  // the rank's heads, output groups, experts and shared columns only
+        const int64_t hd = c.head_dim, ol = c.o_lora;
+        const Range q_rows{plan->heads.begin * hd, plan->heads.end * hd};
+        const Range o_rows{plan->groups.begin * ol, plan->groups.end * ol};
+        d.q_b = up_rows(L.q_b, q_rows);
+        d.sinks = upload_vec(part(L.sinks, plan->heads));
+        d.o_a = up_rows(L.o_a, o_rows);
+        d.o_b = up_cols(L.o_b, o_rows);
+        d.gate_exps = up_stack(L.gate_exps, plan->experts);
+        d.up_exps = up_stack(L.up_exps, plan->experts);
+        d.down_exps = up_stack(L.down_exps, plan->experts);
+        d.gate_sh = up_rows(L.gate_sh, plan->shared_cols);
+        d.up_sh = up_rows(L.up_sh, plan->shared_cols);
+        d.down_sh = up_cols(L.down_sh, plan->shared_cols);
+    }
     return d;
 }
 
@@ -73,18 +122,18 @@ size_t b(const DeviceLayer& d) {
 DeviceVec upload_vec(const std::vector<float>& v) { return upload_values(v); }
 DeviceVec upload_vec(const std::vector<int32_t>& v) { return upload_values(v); }
 
-DeviceModelWeights upload_weights(const ModelConfig& c, const ModelWeights& w) {
+DeviceModelWeights upload_weights(const ModelConfig& c, const ModelWeights& w, const ShardPlan* plan) {
     DeviceModelWeights d;
     d.embed = up(w.embed);
-    d.output = up(w.output);
+    d.output = plan ? up_rows(w.output, plan->vocab) : up(w.output);
     d.output_norm = upload_vec(w.output_norm);
     d.hc_head_base = upload_vec(w.hc_head_base);
     d.hc_head_scale = upload_vec(w.hc_head_scale);
     d.hc_head_fn = up(w.hc_head_fn);
-    for (const LayerWeights& L : w.layers) d.layers.push_back(up(L));
+    for (const LayerWeights& L : w.layers) d.layers.push_back(up(c, L, plan));
     for (const MtpWeights& m : w.mtp) {
         DeviceMtp t;
-        t.block = up(m.block);
+        t.block = up(c, m.block, plan);
         t.e_proj = up(m.e_proj);
         t.h_proj = up(m.h_proj);
         t.enorm = upload_vec(m.enorm);

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/device_memory.h"
 #include "model/config.h"
+#include "model/shard.h"
 #include "model/weights.h"
 
 namespace dsv4::cuda {
@@ -59,8 +60,11 @@ struct DeviceModelWeights {
     size_t bytes = 0;                    // device bytes of all of the above
 };
 
-// Copies every tensor of a loaded model to the device, byte for byte.
-DeviceModelWeights upload_weights(const ModelConfig& c, const ModelWeights& w);
+// Copies every tensor of a loaded model to the device, byte for byte; with a plan, only what
+// that rank computes (model/shard.h): its rows of q_b, o_a, the shared gate/up and the LM head,
+// its sinks, its columns of o_b and the shared down projection (repacked into contiguous rows),
+// its block of each expert stack. Everything else is copied whole to every rank.
+DeviceModelWeights upload_weights(const ModelConfig& c, const ModelWeights& w, const ShardPlan* plan = nullptr);
 
 // Device bytes of the weights (sums each buffer).
 size_t weight_bytes(const DeviceModelWeights& w);

@@ -53,13 +53,41 @@ void experts_matmul(const DeviceWeight& w, const float* x, int64_t N, int64_t T,
     }
 }
 
+// Expert parallel: the router's global expert ids -> this rank's local ids (id - e0), and -1
+// for the slots another rank computes (moe_group leaves those out).
+__global__ void local_expert_ids_kernel(const int32_t* ids, int64_t N, int e0, int e1, int32_t* local) {
+    const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (p < N) local[p] = ids[p] >= e0 && ids[p] < e1 ? ids[p] - e0 : -1;
+}
+
+// ... and their slots read the zero row `zero_row` of the expert outputs, so moe_combine adds
+// nothing for them (in place of the NaN that marks a missing row otherwise).
+__global__ void redirect_left_out_kernel(int32_t* slot_pos, int64_t N, int32_t zero_row) {
+    const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (p < N && slot_pos[p] < 0) slot_pos[p] = zero_row;
+}
+
 }  // namespace
 
-CudaBackend::CudaBackend(const ModelConfig& c, DeviceModelWeights w)
+CudaBackend::CudaBackend(const ModelConfig& c, DeviceModelWeights w, const Shard* shard)
     : cfg_(c), mtp_cfg_(mtp_block_config(c)), w_(std::move(w)), device_(device_name()) {
     const char* g = std::getenv("DSV4_CUDA_GRAPHS");
     graphs_ = !(g && std::string(g) == "0");
+    if (shard) {
+        if (!shard->comm || shard->comm->size() != shard->plan.ranks || shard->comm->rank() != shard->plan.rank)
+            fail("CUDA shard: the plan (rank ", shard->plan.rank, " of ", shard->plan.ranks,
+                 ") does not match its communicator");
+        sharded_ = true;
+        shard_ = *shard;
+        graphs_ = false;  // a staged communicator synchronises, which a capture does not allow
+    }
     note_memory();
+}
+
+void CudaBackend::sum_over_ranks(float* x, int64_t n) const {
+    if (!sharded_ || shard_.plan.ranks == 1) return;
+    DSV4_TRACE("all_reduce");
+    shard_.comm->all_reduce_sum(x, size_t(n));
 }
 
 CudaBackend::~CudaBackend() {
@@ -164,8 +192,14 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
                             int64_t band, DeviceLayerState& st, float* out) const {
     const Stream S = forward_stream();
     DSV4_TRACE("attention");
-    const int H = c.n_heads, d = c.head_dim, R = c.rope_dim;
+    // This rank's heads and output groups (all of them unsharded); w_ holds just their slices.
+    const int H = sharded_ ? int(shard_.plan.heads.size()) : c.n_heads, d = c.head_dim, R = c.rope_dim;
+    const int G = sharded_ ? int(shard_.plan.groups.size()) : c.o_groups;
     const int64_t Hd = int64_t(H) * d, D = c.hidden;
+    if (H == 0) {  // a rank without heads adds nothing to the sum (and keeps no attention state)
+        DSV4_CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(T * D) * sizeof(float), S));
+        return;
+    }
     const float eps = float(c.norm_eps);
     const AttnType type = c.attn[size_t(l)];
     const float* inv = type == AttnType::Sliding ? w_.rope_main.f() : w_.rope_compress.f();
@@ -260,7 +294,6 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
     st.n_window = int(keep);
 
     // Grouped low-rank output: each group of heads projects to o_lora, then one mix to hidden.
-    const int G = c.o_groups;
     const int64_t per_group = Hd / G, GL = int64_t(G) * c.o_lora;
     float* u = f("o_lora", T * GL);
     if (T <= kMaxMatvecTokens) {
@@ -301,28 +334,48 @@ void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& L, MlpType mlp, c
     float* wts = f("wts", N);
     route(lg, T, E, k, mlp == MlpType::TopK ? L.exp_probs_b.f() : nullptr,
           mlp == MlpType::Hash ? L.tid2eid.i() : nullptr, tokens, float(c.routed_scale), ids, wts, S);
-    int32_t* offsets = i("offsets", E + 1);
+    // Sharded: only this rank's experts [e0, e1) run; the others' slots read a zero row (row N).
+    const int El = sharded_ ? int(shard_.plan.experts.size()) : E;
+    if (sharded_ && N > 0) {
+        int32_t* local = i("ids_local", N);
+        local_expert_ids_kernel<<<unsigned(ceil_div(N, 256)), 256, 0, S>>>(
+            ids, N, int(shard_.plan.experts.begin), int(shard_.plan.experts.end), local);
+        DSV4_LAUNCH_CHECK();
+        ids = local;
+    }
+    int32_t* offsets = i("offsets", El + 1);
     int32_t* order = i("order", N);
     int32_t* expert_of = i("expert_of", N);
     int32_t* slot_pos = i("slot_pos", N);
-    moe_group(ids, T, k, E, offsets, order, expert_of, slot_pos, S);
+    moe_group(ids, T, k, El, offsets, order, expert_of, slot_pos, S);
     float* xs = f("xs", N * D);
     gather_rows(x, order, N, k, D, xs, S);
     float* g = f("g", N * I);
     float* up = f("up", N * I);
-    float* ys = f("ys", N * D);
+    float* ys = f("ys", (N + (sharded_ ? 1 : 0)) * D);
     experts_matmul(L.gate_exps, xs, N, T, expert_of, offsets, g, ws_, S);
     experts_matmul(L.up_exps, xs, N, T, expert_of, offsets, up, ws_, S);
     swiglu(g, up, N * I, limit, S);
     experts_matmul(L.down_exps, g, N, T, expert_of, offsets, ys, ws_, S);
+    if (sharded_ && N > 0) {
+        DSV4_CUDA_CHECK(cudaMemsetAsync(ys + N * D, 0, size_t(D) * sizeof(float), S));
+        redirect_left_out_kernel<<<unsigned(ceil_div(N, 256)), 256, 0, S>>>(slot_pos, N, int32_t(N));
+        DSV4_LAUNCH_CHECK();
+    }
 
-    float* sg = f("sg", T * I);
-    float* su = f("su", T * I);
+    // The shared expert over this rank's intermediate columns (all of them unsharded).
+    const int64_t Is = sharded_ ? shard_.plan.shared_cols.size() : I;
     float* sy = f("sy", T * D);
-    gemm(L.gate_sh.mat, x, D, T, sg, I, ws_, S);
-    gemm(L.up_sh.mat, x, D, T, su, I, ws_, S);
-    swiglu(sg, su, T * I, limit, S);
-    gemm(L.down_sh.mat, sg, I, T, sy, D, ws_, S);
+    if (Is > 0) {
+        float* sg = f("sg", T * Is);
+        float* su = f("su", T * Is);
+        gemm(L.gate_sh.mat, x, D, T, sg, Is, ws_, S);
+        gemm(L.up_sh.mat, x, D, T, su, Is, ws_, S);
+        swiglu(sg, su, T * Is, limit, S);
+        gemm(L.down_sh.mat, sg, Is, T, sy, D, ws_, S);
+    } else {
+        DSV4_CUDA_CHECK(cudaMemsetAsync(sy, 0, size_t(T * D) * sizeof(float), S));
+    }
     moe_combine(ys, ids, wts, slot_pos, T, k, D, sy, out, S);
 }
 
@@ -340,10 +393,12 @@ void CudaBackend::run_layer(const ModelConfig& c, int l, const DeviceLayer& L, M
     hc_pre(hs, L.hc_attn_fn.mat, L.hc_attn_base.f(), L.hc_attn_scale.f(), X, T, y, post, comb, S);
     rmsnorm(y, T, D, L.attn_norm.f(), float(c.norm_eps), S);
     attention(c, l, L, y, T, pos0, band, st, fo);
+    sum_over_ranks(fo, T * D);
     hc_post(hs, X, fo, post, comb, T, S);
     hc_pre(hs, L.hc_ffn_fn.mat, L.hc_ffn_base.f(), L.hc_ffn_scale.f(), X, T, y, post, comb, S);
     rmsnorm(y, T, D, L.ffn_norm.f(), float(c.norm_eps), S);
     moe(c, L, mlp, y, tokens, T, fo);
+    sum_over_ranks(fo, T * D);
     hc_post(hs, X, fo, post, comb, T, S);
 }
 
@@ -356,7 +411,22 @@ void CudaBackend::head(const DeviceWeight& fn, const DeviceVec& base, const Devi
     hc_head(hc_shape(cfg_), fn.mat, base.f(), scale.f(), X, rows, y, S);
     rmsnorm(y, rows, D, norm.f(), float(cfg_.norm_eps), S);
     float* lo = f("logits", rows * V);
-    gemm(w_.output.mat, y, D, rows, lo, V, ws_, S);
+    if (sharded_ && shard_.plan.ranks > 1) {  // this rank's vocabulary rows into zeros, then the sum
+        DSV4_CUDA_CHECK(cudaMemsetAsync(lo, 0, size_t(rows * V) * sizeof(float), S));
+        const Range v = shard_.plan.vocab;
+        if (!v.empty()) {
+            // Into rows of their own first: the slice's columns start anywhere in the row, which
+            // the GEMM's vector stores may not take; the strided copy takes any alignment.
+            float* part = f("logits_part", rows * v.size());
+            gemm(w_.output.mat, y, D, rows, part, v.size(), ws_, S);
+            DSV4_CUDA_CHECK(cudaMemcpy2DAsync(lo + v.begin, size_t(V) * sizeof(float), part,
+                                              size_t(v.size()) * sizeof(float), size_t(v.size()) * sizeof(float),
+                                              size_t(rows), cudaMemcpyDeviceToDevice, S));
+        }
+        sum_over_ranks(lo, rows * V);
+    } else {
+        gemm(w_.output.mat, y, D, rows, lo, V, ws_, S);
+    }
     if (logits) scratch_["logits"].download(logits, size_t(rows * V) * sizeof(float));
 }
 

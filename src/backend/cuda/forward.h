@@ -22,7 +22,11 @@ namespace dsv4::cuda {
 
 class CudaBackend final : public ForwardBackend {
 public:
-    CudaBackend(const ModelConfig& c, DeviceModelWeights w);
+    // With a shard: one rank of a model split over several (model/shard.h). w then holds only
+    // that rank's slices (upload_weights with the same plan), shard->comm sums device buffers on
+    // this backend's stream (backend/cuda/device_communicators.h), and decode runs without CUDA
+    // graphs. The caller runs every rank's forward at once, one thread per rank.
+    CudaBackend(const ModelConfig& c, DeviceModelWeights w, const Shard* shard = nullptr);
     ~CudaBackend() override;
 
     std::string name() const override { return "cuda"; }
@@ -74,8 +78,12 @@ private:
     void head(const DeviceWeight& fn, const DeviceVec& base, const DeviceVec& scale, const DeviceVec& norm,
               const float* X, int64_t rows, float* logits) const;
     void note_memory() const;
+    // A sublayer's partial output made whole (a sum over the shard's ranks; nothing unsharded).
+    void sum_over_ranks(float* x, int64_t n) const;
 
     ModelConfig cfg_, mtp_cfg_;
+    bool sharded_ = false;
+    Shard shard_;  // when sharded_
     DeviceModelWeights w_;
     std::string device_;
     mutable std::mutex mu_;  // one forward at a time (the scratch is shared)
