@@ -251,7 +251,7 @@ int main(int argc, char** argv) {
         std::vector<std::string> table;
 
         for (const Shape& sh : shapes) {
-            const size_t q8_row = size_t(sh.cols / 32) * 34, bf_row = size_t(sh.cols) * 2;
+            const size_t q8_row = cuda::q8dev::row_bytes(sh.cols), bf_row = size_t(sh.cols) * 2;
             const size_t q8_mat = q8_row * sh.rows, bf_mat = bf_row * sh.rows;
             // Dense weights rotate over copies; stacks rotate over expert sets.
             const int copies = sh.stack > 1 ? 1 : int(std::clamp<size_t>((kRotateBytes + q8_mat - 1) / q8_mat, 1, 16));
@@ -272,8 +272,9 @@ int main(int argc, char** argv) {
                 fill_launch_dims(wf.size() / 4, grid);
                 fill_f32<<<grid, 256, 0, s>>>(wf.as<float>(), wf.size() / 4, 23 + rng());
             }
-            fill_launch_dims(wq.size() / 34, grid);
-            fill_q8_0<<<grid, 256, 0, s>>>(wq.as<uint8_t>(), wq.size() / 34, 11 + rng());
+            const int64_t q8_rows = sh.rows * sh.stack * copies;  // every copy of every matrix
+            fill_launch_dims(size_t(q8_rows) * (sh.cols / 32), grid);
+            fill_q8_0<<<grid, 256, 0, s>>>(wq.as<uint8_t>(), q8_rows, sh.cols, 11 + rng());
             fill_launch_dims(wb.size() / 2, grid);
             fill_bf16<<<grid, 256, 0, s>>>(wb.as<uint16_t>(), wb.size() / 2, 13 + rng(), 0.05f);
             DSV4_LAUNCH_CHECK();

@@ -389,7 +389,7 @@ TEST(CudaMatvecArgs, RejectsBadArguments) {
     w.type = TensorType::Q8_0;
     w.rows = 4;
     w.cols = 64;
-    w.row_bytes = 68;
+    w.row_bytes = 80;  // the device layout: 16 bytes of scales, 2 x 32 quants
     w.data = fake;
     float xy[8];
     cuda::MatvecArgs a;
@@ -409,9 +409,9 @@ TEST(CudaMatvecArgs, RejectsBadArguments) {
     a.y_stride = 8;
     EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);
     a.n = 1;
-    w.row_bytes = 60;  // shorter than two Q8_0 blocks
+    w.row_bytes = 68;  // GGUF's two blocks: shorter than the device row
     EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);
-    w.row_bytes = 68;
+    w.row_bytes = 80;
     w.cols = 50;  // not whole Q8_0 blocks
     EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);
     w.cols = 64;
@@ -432,10 +432,12 @@ TEST(CudaMatvecArgs, RejectsBadArguments) {
     EXPECT_EQ(cuda::matvec_workspace_bytes(w, a), 0u);  // Auto: the simple path needs no workspace
     EXPECT_FALSE(cuda::tensor_path_supported(w));
     w.type = TensorType::Q8_0;
-    w.row_bytes = 68;
+    w.row_bytes = 80;
     EXPECT_TRUE(cuda::tensor_path_supported(w));
-    // Each block packs its own x: two 32-column blocks need no workspace.
-    EXPECT_EQ(cuda::matvec_workspace_bytes(w, a), 0u);
+    // The packed x: T = 2 tokens x one 128-column group x (512 bytes of limbs + 4 scales).
+    EXPECT_EQ(cuda::matvec_workspace_bytes(w, a), 2u * (512 + 16));
+    w.row_bytes = 88;  // rows not 16-byte multiples: no int8 tensor path
+    EXPECT_FALSE(cuda::tensor_path_supported(w));
 }
 
 }  // namespace
