@@ -1,6 +1,6 @@
 // Microbenchmark of the decode-critical op, y[T, rows] = x[T, cols] · Wᵀ, on one device, in
 // one run: the HBM ceiling (a read kernel and a device-to-device copy), dsv4's matvec on Q8_0
-// weights at DeepSeek-V4-Flash shapes for T = 1, 4, 8 (tensor path alone, with its x packing, and
+// weights at DeepSeek-V4-Flash shapes for T = 1, 2, 4, 5, 8 (tensor path alone, with its x packing, and
 // the simple oracle kernel), dsv4's BF16 tensor path, and cuBLAS bf16 on the same shapes. Writes
 // one JSON receipt (docs/PERFORMANCE.md explains every key).
 //
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
             {"lm_head_129280x4096", 129280, 4096, 1, 1, true},
             {"router_256x4096", 256, 4096, 1, 1, true},
         };
-        const int Ts[] = {1, 4, 8};
+        const int Ts[] = {1, 2, 4, 5, 8};  // 4 | 5: where matvec switches Q8_0 from the int8 kernel to the 16-bit one
         constexpr size_t kRotateBytes = size_t(256) << 20;  // > 4x the 60 MB L2
         std::mt19937 rng(1234);
         json results = json::array();

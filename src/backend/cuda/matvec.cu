@@ -1,17 +1,21 @@
 // y[T, rows] = x[T, cols] · Wᵀ for T <= 8 over weights in their stored format (see matvec.h).
-// Q8_0 has its own kernel (matvec_q8_0.cu); this file holds the F16/BF16 tensor path, the
-// dedicated CUDA-core kernels and the oracle.
+// Q8_0 at T <= kQ8Int8MaxTokens has its own kernel (matvec_q8_0.cu); this file holds the
+// 16-bit tensor path (F16, BF16, and Q8_0 above that T), the dedicated CUDA-core kernels and
+// the oracle.
 //
-// F16/BF16 tensor path, one block of 8 warps per 32-row tile at a time (a block walks several
+// 16-bit tensor path, one block of 8 warps per 32-row tile at a time (a block walks several
 // tiles, and its copy pipeline runs on across tile boundaries):
 //   * The tile's weight bytes stream through a 4-stage ring in shared memory, each stage 32 rows
 //     x kScb 32-column blocks, copied with 16-byte cp.async. Each row segment is copied from its
-//     start rounded down to 16 bytes and read back at that offset (the "delta"); a copy that
-//     would pass the end of the weight reads only the bytes inside it (the zero-fill form).
+//     start rounded down to 16 bytes and read back at that offset (the "delta"; always 0 for
+//     Q8_0, whose device rows are chunks of 8 blocks, 272 bytes, and whose segments start at
+//     chunk boundaries); a copy that would pass the end of the weight reads only the bytes
+//     inside it (the zero-fill form).
 //   * Each warp takes kScb/8 of a stage's column blocks for all 32 rows (two m16 sub-tiles) and
 //     multiplies them on the tensor cores with mma.sync m16n8k16: rows are the m side, the
 //     tokens the n = 8 side (tokens >= T are zero), the weights read from shared memory into the
-//     A fragments as they are. The eight warps' partial sums are added in shared memory at the
+//     A fragments (Q8_0 quants converted to f16 exactly, the block's scale applied to each
+//     32-column partial sum in float32, as the CPU does). The eight warps' partial sums are added in shared memory at the
 //     end of each tile.
 //   * The block packs x itself, while its first weight stages are in flight: the columns of its
 //     split, per token as two 16-bit limbs x = hi + lo (f16 limbs with a power-of-two scale, or
@@ -49,10 +53,16 @@ constexpr int kRedBytes = kWarps * 2 * 32 * 4 * 4;  // per warp, sub-tile, lane:
 
 // The tensor path's formats. kScb: 32-column blocks per stage; kSlot: bytes of one row's
 // segment in a stage, padded so that the 8 rows a warp instruction touches fall in distinct
-// banks (8 words mod 32, lanes reading 8-byte pairs); kChunks: 16-byte copies that cover a segment
-// starting up to 14 bytes past a 16-byte boundary.
+// banks (Q8_0: a slot of 4 words mod 32 and lanes reading words t and t + 4 of a block's
+// quants; 2-byte types: 8 words mod 32 and lanes reading 8-byte pairs); kChunks: 16-byte copies
+// that cover a segment starting up to 14 bytes past a 16-byte boundary.
 template <int TYPE>
 struct TcFmt;
+template <>
+struct TcFmt<kQ8_0> {  // kBlk: bytes per block on average (a chunk of 8 is 272)
+    static constexpr int kBlk = 34, kScb = 16, kSlot = 656;
+    static constexpr bool kBf16Limbs = false;
+};
 template <>
 struct TcFmt<kF16> {
     static constexpr int kBlk = 64, kScb = 8, kSlot = 544;
@@ -68,7 +78,19 @@ constexpr int kChunks = (14 + TcFmt<TYPE>::kScb * TcFmt<TYPE>::kBlk + 15) / 16;
 template <int TYPE>
 constexpr int kStageBytes = kTileRows * TcFmt<TYPE>::kSlot;
 
+static_assert(kChunks<kQ8_0> * 16 <= TcFmt<kQ8_0>::kSlot && TcFmt<kQ8_0>::kSlot % 128 == 16, "Q8_0 slot");
 static_assert(kChunks<kF16> * 16 <= TcFmt<kF16>::kSlot && TcFmt<kF16>::kSlot % 128 == 32, "F16 slot");
+static_assert(TcFmt<kQ8_0>::kScb % q8dev::kChunkBlocks == 0, "Q8_0 stages are whole chunks");
+
+// Bytes of n column blocks of a row from a block boundary (for Q8_0 one at a chunk boundary):
+// a segment's length, and the offset of block n in the row.
+template <int TYPE>
+__host__ __device__ __forceinline__ size_t segment_bytes(int n) {
+    if constexpr (TYPE == kQ8_0)
+        return q8dev::row_bytes(int64_t(n) * 32);
+    else
+        return size_t(n) * TcFmt<TYPE>::kBlk;
+}
 
 struct TcParams {
     const uint8_t* w;       // matrix or stack base
@@ -123,6 +145,19 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
     }
 }
 
+// Four int8 (bytes 0..3) -> two f16x2 {q0, q1}, {q2, q3}, exactly: 0x64XX is the f16 1024 + XX,
+// and XX = q + 128 after flipping the sign bit, so subtracting 1152 leaves q. Three integer and
+// one half2 instruction per pair instead of four int->float conversions (which run at a quarter
+// of the rate and would bound the kernel below the memory bandwidth).
+__device__ __forceinline__ void i8x4_to_f16x2(uint32_t v, uint32_t& lo, uint32_t& hi) {
+    const uint32_t u = v ^ 0x80808080u;
+    const uint32_t bias = 0x64806480u;  // {1152, 1152}
+    lo = __byte_perm(u, 0x64646464u, 0x4140);
+    hi = __byte_perm(u, 0x64646464u, 0x4342);
+    asm("sub.rn.f16x2 %0, %0, %1;\n" : "+r"(lo) : "r"(bias));
+    asm("sub.rn.f16x2 %0, %0, %1;\n" : "+r"(hi) : "r"(bias));
+}
+
 template <int TYPE>
 __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
     using F = TcFmt<TYPE>;
@@ -172,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
         cp_r[k] = i < kTileRows * kChunks<TYPE> ? i / kChunks<TYPE> : kTileRows;
         cp_ch[k] = i - cp_r[k] * kChunks<TYPE>;
     }
-    auto tile_offset = [&](int row0, int cb0) { return wbase + size_t(row0) * p.row_bytes + size_t(cb0) * F::kBlk; };
+    auto tile_offset = [&](int row0, int cb0) { return wbase + size_t(row0) * p.row_bytes + segment_bytes<TYPE>(cb0); };
 
     auto load_stage = [&](int s) {
         if (s < S && !bad) {
@@ -180,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
             stage_geometry(s, row0, cb0, ncb, ks);
             uint8_t* buf = stages + (s % kStages) * kStageBytes<TYPE>;
             const size_t tile = tile_offset(row0, cb0);
-            const size_t seg_len = size_t(ncb) * F::kBlk;
+            const size_t seg_len = segment_bytes<TYPE>(ncb);
             const int rows_here = int(min(int64_t(kTileRows), p.rows - row0));
 #pragma unroll
             for (int k = 0; k < kCopies; ++k) {
@@ -287,16 +322,42 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
             }
 #pragma unroll
             for (int sub = 0; sub < 2; ++sub) {
-                const int oa = rowoff[2 * sub] + c * F::kBlk;      // row 16*sub + g
-                const int ob = rowoff[2 * sub + 1] + c * F::kBlk;  // row 16*sub + g + 8
-                const uint2 a0 = *reinterpret_cast<const uint2*>(buf + oa + 8 * t);
-                const uint2 a1 = *reinterpret_cast<const uint2*>(buf + oa + 32 + 8 * t);
-                const uint2 b0 = *reinterpret_cast<const uint2*>(buf + ob + 8 * t);
-                const uint2 b1 = *reinterpret_cast<const uint2*>(buf + ob + 32 + 8 * t);
-                mma16816<F::kBf16Limbs>(acc[sub], a0.x, b0.x, a0.y, b0.y, bh.x, bh.y);
-                mma16816<F::kBf16Limbs>(acc[sub], a0.x, b0.x, a0.y, b0.y, bl.x, bl.y);
-                mma16816<F::kBf16Limbs>(acc[sub], a1.x, b1.x, a1.y, b1.y, bh.z, bh.w);
-                mma16816<F::kBf16Limbs>(acc[sub], a1.x, b1.x, a1.y, b1.y, bl.z, bl.w);
+                if constexpr (TYPE == kQ8_0) {
+                    // Block c of the segment in the device layout: its f16 scale in the chunk's
+                    // scale area, its 32 quants 16-byte aligned after it (q8_0_device.h).
+                    const int chunk = (c >> 3) * q8dev::kChunkBytes, bc = c & 7;
+                    const int ra = rowoff[2 * sub] + chunk, rb = rowoff[2 * sub + 1] + chunk;  // rows g, g + 8
+                    const float da = __half2float(*reinterpret_cast<const __half*>(buf + ra + 2 * bc));
+                    const float db = __half2float(*reinterpret_cast<const __half*>(buf + rb + 2 * bc));
+                    const uint32_t* wa = reinterpret_cast<const uint32_t*>(buf + ra + q8dev::kScaleArea + 32 * bc) + t;
+                    const uint32_t* wb = reinterpret_cast<const uint32_t*>(buf + rb + q8dev::kScaleArea + 32 * bc) + t;
+                    uint32_t a00, a08, a10, a18, b00, b08, b10, b18;
+                    i8x4_to_f16x2(wa[0], a00, a08);
+                    i8x4_to_f16x2(wa[4], a10, a18);
+                    i8x4_to_f16x2(wb[0], b00, b08);
+                    i8x4_to_f16x2(wb[4], b10, b18);
+                    // Two independent chains (hi and lo limbs) halve the dependent mma latency.
+                    float ph[4] = {0.0f, 0.0f, 0.0f, 0.0f}, pl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma16816<false>(ph, a00, b00, a08, b08, bh.x, bh.y);
+                    mma16816<false>(pl, a00, b00, a08, b08, bl.x, bl.y);
+                    mma16816<false>(ph, a10, b10, a18, b18, bh.z, bh.w);
+                    mma16816<false>(pl, a10, b10, a18, b18, bl.z, bl.w);
+                    acc[sub][0] += da * (ph[0] + pl[0]);
+                    acc[sub][1] += da * (ph[1] + pl[1]);
+                    acc[sub][2] += db * (ph[2] + pl[2]);
+                    acc[sub][3] += db * (ph[3] + pl[3]);
+                } else {
+                    const int oa = rowoff[2 * sub] + c * F::kBlk;      // row 16*sub + g
+                    const int ob = rowoff[2 * sub + 1] + c * F::kBlk;  // row 16*sub + g + 8
+                    const uint2 a0 = *reinterpret_cast<const uint2*>(buf + oa + 8 * t);
+                    const uint2 a1 = *reinterpret_cast<const uint2*>(buf + oa + 32 + 8 * t);
+                    const uint2 b0 = *reinterpret_cast<const uint2*>(buf + ob + 8 * t);
+                    const uint2 b1 = *reinterpret_cast<const uint2*>(buf + ob + 32 + 8 * t);
+                    mma16816<F::kBf16Limbs>(acc[sub], a0.x, b0.x, a0.y, b0.y, bh.x, bh.y);
+                    mma16816<F::kBf16Limbs>(acc[sub], a0.x, b0.x, a0.y, b0.y, bl.x, bl.y);
+                    mma16816<F::kBf16Limbs>(acc[sub], a1.x, b1.x, a1.y, b1.y, bh.z, bh.w);
+                    mma16816<F::kBf16Limbs>(acc[sub], a1.x, b1.x, a1.y, b1.y, bl.z, bl.w);
+                }
             }
         }
 
@@ -698,7 +759,9 @@ TcPlan plan_tc(const DeviceMat& w, const MatvecArgs& a, size_t x_smem_limit) {
     // One token of a split of nbk column blocks takes nbk * 128 + 64 bytes (the 64 staggers the
     // tokens across banks); the total is rounded up to 128.
     const int64_t per_tok = (int64_t(budget) - 127) / a.T;
-    const int64_t nbk_max = (per_tok - 64) / kXBlockBytes;
+    // Q8_0 splits start at chunk boundaries (8 blocks) of the device layout.
+    constexpr int kAlign = TYPE == kQ8_0 ? q8dev::kChunkBlocks : 1;
+    const int64_t nbk_max = (per_tok - 64) / kXBlockBytes / kAlign * kAlign;
     if (nbk_max < 1) fail("CUDA matvec: no room in shared memory for the packed x (", budget, " bytes for ", a.T, " tokens)");
     auto finish = [&](TcPlan& pl, int kbps) {
         pl.kbps = kbps;
@@ -709,7 +772,7 @@ TcPlan plan_tc(const DeviceMat& w, const MatvecArgs& a, size_t x_smem_limit) {
     };
     TcPlan pl;
     const int min_split = int((nb + nbk_max - 1) / nbk_max);
-    finish(pl, (nb + min_split - 1) / min_split);
+    finish(pl, ((nb + min_split - 1) / min_split + kAlign - 1) / kAlign * kAlign);  // <= nbk_max
     const int64_t tiles = (w.rows + kTileRows - 1) / kTileRows;
     const int stages = (nb + F::kScb - 1) / F::kScb;
     if (stages > 1) {
@@ -795,15 +858,21 @@ size_t tc_workspace_bytes(const DeviceMat& w, const MatvecArgs& a, size_t x_smem
     // At most 8 column blocks are one stage for every type, whose x fits unless a test lowers
     // the limit: never split (and no device query, so the argument checks run without a device).
     if (w.cols / 32 <= 8 && x_smem_limit == 0) return 0;
-    const TcPlan pl = w.type == gguf::TensorType::F16 ? plan_tc<kF16>(w, a, x_smem_limit) : plan_tc<kBF16>(w, a, x_smem_limit);
+    TcPlan pl;
+    switch (int(w.type)) {
+        case kQ8_0: pl = plan_tc<kQ8_0>(w, a, x_smem_limit); break;
+        case kF16: pl = plan_tc<kF16>(w, a, x_smem_limit); break;
+        default: pl = plan_tc<kBF16>(w, a, x_smem_limit); break;
+    }
     return split_bytes(pl, w, a);
 }
 
 }  // namespace
 
 bool tensor_path_supported(const DeviceMat& w) {
-    // Q8_0 has a kernel of its own (matvec_q8_0.cu). The F16/BF16 kernel reads 2-byte rows as
-    // aligned 8-byte pairs (row_bytes a multiple of 16, which GGUF rows are when cols % 32 == 0).
+    // Q8_0 in the device layout (both of its kernels need the same). The F16/BF16 kernel reads
+    // 2-byte rows as aligned 8-byte pairs (row_bytes a multiple of 16, which GGUF rows are when
+    // cols % 32 == 0).
     const int t = int(w.type);
     if (t == kQ8_0) return q8_0_matvec_supported(w);
     return (t == kF16 || t == kBF16) && w.cols % 32 == 0 && w.row_bytes % 16 == 0 &&
@@ -821,12 +890,17 @@ bool use_tensor(const DeviceMat& w, MatvecOptions opt) {
     }
     return tensor_path_supported(w);
 }
+// Q8_0 on the tensor path: the int8 kernel up to kQ8Int8MaxTokens tokens, where it is faster,
+// the 16-bit one above (docs/CUDA.md has the measurements).
+bool int8_q8_0(const DeviceMat& w, const MatvecArgs& a) {
+    return w.type == gguf::TensorType::Q8_0 && a.T <= kQ8Int8MaxTokens;
+}
 }  // namespace
 
 size_t matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a, MatvecOptions opt) {
     check_args(w, a);
     if (!use_tensor(w, opt)) return 0;
-    return w.type == gguf::TensorType::Q8_0 ? q8_0_matvec_workspace_bytes(w, a) : tc_workspace_bytes(w, a, opt.x_smem_limit);
+    return int8_q8_0(w, a) ? q8_0_matvec_workspace_bytes(w, a) : tc_workspace_bytes(w, a, opt.x_smem_limit);
 }
 
 void matvec(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t workspace_bytes, Stream stream,
@@ -834,7 +908,12 @@ void matvec(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t wor
     check_args(w, a);
     if (use_tensor(w, opt)) {
         switch (int(w.type)) {
-            case kQ8_0: q8_0_matvec(w, a, workspace, workspace_bytes, stream); break;
+            case kQ8_0:
+                if (int8_q8_0(w, a))
+                    q8_0_matvec(w, a, workspace, workspace_bytes, stream);
+                else
+                    launch_tc<kQ8_0>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit);
+                break;
             case kF16: launch_tc<kF16>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
             case kBF16: launch_tc<kBF16>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
         }
