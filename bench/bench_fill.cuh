@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/q8_0_device.h"
+
 namespace bench {
 
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {
@@ -18,18 +20,26 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-// Q8_0 blocks: scales in [0.5e-3, 1.5e-3], quants uniform in [-127, 127].
-__global__ void fill_q8_0(uint8_t* p, size_t nblocks, uint64_t seed) {
+// Q8_0 weights in the CUDA backend's device layout (q8_0_device.h): `rows` rows of `cols`
+// values, row_bytes(cols) apart; scales in [0.5e-3, 1.5e-3], quants uniform in [-127, 127].
+// One block (row r, block j) per thread. Unused scale slots of a short last chunk are not
+// written (the bench shapes have cols % 256 == 0, so there are none).
+__global__ void fill_q8_0(uint8_t* p, int64_t rows, int64_t cols, uint64_t seed) {
+    namespace q8dev = dsv4::cuda::q8dev;
+    const int64_t nb = cols / 32;
+    const size_t rb = q8dev::row_bytes(cols), nblocks = size_t(rows) * size_t(nb);
     for (size_t b = blockIdx.x * size_t(blockDim.x) + threadIdx.x; b < nblocks; b += size_t(gridDim.x) * blockDim.x) {
-        uint8_t* blk = p + b * 34;
+        uint8_t* row = p + (b / size_t(nb)) * rb;
+        const int64_t j = int64_t(b % size_t(nb));
+        uint8_t* qs = row + q8dev::quant_offset(j);
         uint64_t h = mix64(seed ^ (b * 0x100000001b3ull));
         const __half d = __float2half(0.5e-3f + 1e-3f * float(h & 0xffff) / 65535.0f);
         const uint16_t dbits = __half_as_ushort(d);
-        blk[0] = uint8_t(dbits & 0xff);
-        blk[1] = uint8_t(dbits >> 8);
-        for (int j = 0; j < 32; ++j) {
-            if ((j & 7) == 0) h = mix64(h);
-            blk[2 + j] = uint8_t(int8_t(int((h >> (8 * (j & 7))) & 0xff) % 255 - 127));
+        row[q8dev::scale_offset(j)] = uint8_t(dbits & 0xff);
+        row[q8dev::scale_offset(j) + 1] = uint8_t(dbits >> 8);
+        for (int k = 0; k < 32; ++k) {
+            if ((k & 7) == 0) h = mix64(h);
+            qs[k] = uint8_t(int8_t(int((h >> (8 * (k & 7))) & 0xff) % 255 - 127));
         }
     }
 }

@@ -51,13 +51,15 @@ using bench::fill_f32;
 using bench::fill_q2_k;
 using bench::fill_q8_0;
 
-// Q8_0 [rows, cols] -> bf16 (d * q rounded to bf16): cuBLAS's copy of the same weight.
+// Q8_0 [rows, cols] (device layout) -> bf16 (d * q rounded to bf16): cuBLAS's copy of the same
+// weight.
 __global__ void q8_0_to_bf16(const uint8_t* w, __nv_bfloat16* out, size_t n, int64_t cols) {
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
         const size_t r = i / size_t(cols), k = i % size_t(cols);
-        const uint8_t* blk = w + r * size_t(cols / 32) * 34 + (k / 32) * 34;
-        const float d = __half2float(__ushort_as_half(uint16_t(blk[0] | (blk[1] << 8))));
-        out[i] = __float2bfloat16(d * float(int8_t(blk[2 + k % 32])));
+        const uint8_t* row = w + r * dsv4::cuda::q8dev::row_bytes(cols);
+        const uint8_t* ds = row + dsv4::cuda::q8dev::scale_offset(int64_t(k / 32));
+        const float d = __half2float(__ushort_as_half(uint16_t(ds[0] | (ds[1] << 8))));
+        out[i] = __float2bfloat16(d * float(int8_t(row[dsv4::cuda::q8dev::quant_offset(int64_t(k / 32)) + k % 32])));
     }
 }
 
@@ -188,9 +190,9 @@ int main(int argc, char** argv) {
         double cublas_2048x4096_8192 = 0;
 
         for (const Shape& sh : shapes) {
-            const size_t q8_row = size_t(sh.cols / 32) * 34, nw = size_t(sh.rows * sh.cols);
+            const size_t q8_row = cuda::q8dev::row_bytes(sh.cols), nw = size_t(sh.rows * sh.cols);
             cuda::DeviceBuffer wq(q8_row * sh.rows), wb(nw * 2);
-            fill_q8_0<<<grid_for(wq.size() / 34), 256, 0, s>>>(wq.as<uint8_t>(), wq.size() / 34, rng());
+            fill_q8_0<<<grid_for(nw / 32), 256, 0, s>>>(wq.as<uint8_t>(), sh.rows, sh.cols, rng());
             q8_0_to_bf16<<<grid_for(nw), 256, 0, s>>>(wq.as<const uint8_t>(), wb.as<__nv_bfloat16>(), nw, sh.cols);
             DSV4_LAUNCH_CHECK();
             cuda::DeviceMat m;
@@ -291,12 +293,13 @@ int main(int argc, char** argv) {
             const double flop = 2.0 * double(N) * double(rows) * double(cols);
             for (TensorType type : {TensorType::Q2_K, TensorType::Q8_0}) {
                 const bool q2 = type == TensorType::Q2_K;
-                const size_t rb = q2 ? size_t(cols / 256) * 84 : size_t(cols / 32) * 34;
+                const size_t rb = q2 ? size_t(cols / 256) * 84 : cuda::q8dev::row_bytes(cols);
                 cuda::DeviceBuffer w(rb * size_t(rows * E));
                 if (q2)
                     fill_q2_k<<<grid_for(w.size() / 84), 256, 0, s>>>(w.as<uint8_t>(), w.size() / 84, rng());
                 else
-                    fill_q8_0<<<grid_for(w.size() / 34), 256, 0, s>>>(w.as<uint8_t>(), w.size() / 34, rng());
+                    fill_q8_0<<<grid_for(size_t(rows * E) * (cols / 32)), 256, 0, s>>>(w.as<uint8_t>(), rows * E, cols,
+                                                                                       rng());
                 DSV4_LAUNCH_CHECK();
                 cuda::DeviceMat m;
                 m.type = type;

@@ -1,6 +1,6 @@
 // Microbenchmark of the decode-critical op, y[T, rows] = x[T, cols] · Wᵀ, on one device, in
 // one run: the HBM ceiling (a read kernel and a device-to-device copy), dsv4's matvec on Q8_0
-// weights at DeepSeek-V4-Flash shapes for T = 1, 4, 8 (tensor path alone, with its x packing, and
+// weights at DeepSeek-V4-Flash shapes for T = 1, 2, 4, 5, 8 (tensor path alone, with its x packing, and
 // the simple oracle kernel), dsv4's BF16 tensor path, and cuBLAS bf16 on the same shapes. Writes
 // one JSON receipt (docs/PERFORMANCE.md explains every key).
 //
@@ -244,14 +244,14 @@ int main(int argc, char** argv) {
             {"lm_head_129280x4096", 129280, 4096, 1, 1, true},
             {"router_256x4096", 256, 4096, 1, 1, true},
         };
-        const int Ts[] = {1, 4, 8};
+        const int Ts[] = {1, 2, 4, 5, 8};  // 4 | 5: where matvec switches Q8_0 from the int8 kernel to the 16-bit one
         constexpr size_t kRotateBytes = size_t(256) << 20;  // > 4x the 60 MB L2
         std::mt19937 rng(1234);
         json results = json::array();
         std::vector<std::string> table;
 
         for (const Shape& sh : shapes) {
-            const size_t q8_row = size_t(sh.cols / 32) * 34, bf_row = size_t(sh.cols) * 2;
+            const size_t q8_row = cuda::q8dev::row_bytes(sh.cols), bf_row = size_t(sh.cols) * 2;
             const size_t q8_mat = q8_row * sh.rows, bf_mat = bf_row * sh.rows;
             // Dense weights rotate over copies; stacks rotate over expert sets.
             const int copies = sh.stack > 1 ? 1 : int(std::clamp<size_t>((kRotateBytes + q8_mat - 1) / q8_mat, 1, 16));
@@ -272,8 +272,9 @@ int main(int argc, char** argv) {
                 fill_launch_dims(wf.size() / 4, grid);
                 fill_f32<<<grid, 256, 0, s>>>(wf.as<float>(), wf.size() / 4, 23 + rng());
             }
-            fill_launch_dims(wq.size() / 34, grid);
-            fill_q8_0<<<grid, 256, 0, s>>>(wq.as<uint8_t>(), wq.size() / 34, 11 + rng());
+            const int64_t q8_rows = sh.rows * sh.stack * copies;  // every copy of every matrix
+            fill_launch_dims(size_t(q8_rows) * (sh.cols / 32), grid);
+            fill_q8_0<<<grid, 256, 0, s>>>(wq.as<uint8_t>(), q8_rows, sh.cols, 11 + rng());
             fill_launch_dims(wb.size() / 2, grid);
             fill_bf16<<<grid, 256, 0, s>>>(wb.as<uint16_t>(), wb.size() / 2, 13 + rng(), 0.05f);
             DSV4_LAUNCH_CHECK();

@@ -285,7 +285,7 @@ TEST(CudaGemm, StridesAndRowSlices) {
     REQUIRE_DEVICE();
     cuda::GemmWorkspace ws;
     for (TensorType type : kAllTypes) {
-        // Q8_0 [*, 96] rows are 102 bytes, so slices start at 2-byte but not 16-byte boundaries.
+        // Q8_0 [*, 96] rows are one short chunk of the device layout (3 of 8 blocks, 112 bytes).
         const int64_t cols = type == TensorType::Q2_K ? 512 : type == TensorType::Q8_0 ? 96 : 512;
         const Weight w = make_weight(type, 300, cols);
         for (int64_t T : {int64_t(5), int64_t(9), int64_t(100)}) {
@@ -447,7 +447,7 @@ TEST(CudaGemmTensor, StridesAndRowSlices) {
     cuda::GemmWorkspace ws;
     const auto tensor = with_path(cuda::GemmPath::Tensor);
     for (TensorType type : kTensorTypes) {
-        // Q8_0 [*, 96] rows are 102 bytes: slices start at 2-byte, not 16-byte, boundaries.
+        // Q8_0 [*, 96] rows are one short chunk of the device layout (3 of 8 blocks, 112 bytes).
         const int64_t cols = type == TensorType::Q2_K ? 512 : type == TensorType::Q8_0 ? 96 : 512;
         const Weight w = make_weight(type, 300, cols);
         for (int64_t T : {int64_t(16), int64_t(100)}) {
@@ -556,7 +556,7 @@ cuda::DeviceMat fake_mat(TensorType type, int64_t rows, int64_t cols, const uint
     w.type = type;
     w.rows = rows;
     w.cols = cols;
-    w.row_bytes = dsv4::cpu::row_bytes(type, cols);
+    w.row_bytes = cuda::device_row_bytes(type, cols);  // as upload lays rows out on the device
     w.data = data;
     return w;
 }
@@ -583,7 +583,7 @@ TEST(CudaGemmArgs, RejectsBadArguments) {
         bad.cols = 50;  // not whole Q8_0 blocks
         EXPECT_THROW(cuda::gemm(bad, xy, 64, T, xy, 4, ws), dsv4::Error);
         bad = w;
-        bad.row_bytes = 60;  // shorter than two Q8_0 blocks
+        bad.row_bytes = 64;  // shorter than the 80 bytes of two Q8_0 blocks on the device
         EXPECT_THROW(cuda::gemm(bad, xy, 64, T, xy, 4, ws), dsv4::Error);
         bad = fake_mat(TensorType::Q2_K, 4, 256, fake);
         bad.cols = 128;  // Q2_K rows are whole 256-value super-blocks
@@ -648,14 +648,14 @@ TEST(CudaGemmArgs, TensorPathRejectsWhatItDoesNotTake) {
 
 TEST(CudaGemmArgs, SliceRows) {
     alignas(16) static uint8_t fake[4096];
-    const cuda::DeviceMat w = fake_mat(TensorType::Q8_0, 10, 96, fake);  // rows of 102 bytes
+    const cuda::DeviceMat w = fake_mat(TensorType::Q8_0, 10, 96, fake);  // device rows of 112 bytes
     const cuda::DeviceMat s = cuda::slice_rows(w, 3, 7);
     EXPECT_EQ(s.rows, 4);
     EXPECT_EQ(s.cols, 96);
-    EXPECT_EQ(s.row_bytes, 102u);
+    EXPECT_EQ(s.row_bytes, 112u);
     EXPECT_EQ(s.count, 1);
     EXPECT_EQ(s.type, TensorType::Q8_0);
-    EXPECT_EQ(s.data, fake + 3 * 102);
+    EXPECT_EQ(s.data, fake + 3 * 112);
     EXPECT_EQ(cuda::slice_rows(w, 0, 10).data, fake);
     EXPECT_EQ(cuda::slice_rows(w, 9, 10).rows, 1);
     EXPECT_THROW(cuda::slice_rows(w, -1, 3), dsv4::Error);

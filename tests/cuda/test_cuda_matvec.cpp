@@ -314,10 +314,13 @@ TEST(CudaMatvec, FewTilesSplitColumnsToFillTheDevice) {
 TEST(CudaMatvec, SplitColumnsAddUp) {
     REQUIRE_DEVICE();
     // A small x budget forces the column range to be split over blocks whose partial sums are
-    // added atomically (the path wide inputs at T = 8 take).
+    // added in split order: in global memory (more splits than a cluster holds) or through the
+    // cluster's shared memory. Q8_0 splits are whole chunks of 8 blocks (its device layout), so
+    // its budgets are larger: at T = 8, 9000 bytes make 9 splits of 8 blocks, 18000 make 5 of 16;
+    // its T = 1 runs the int8 kernel, which has no x budget.
     for (TensorType type : kTensorTypes)
         for (int T : {1, 8})
-            for (size_t limit : {size_t(2048), size_t(9000)})
+            for (size_t limit : type == TensorType::Q8_0 ? std::vector<size_t>{9000, 18000} : std::vector<size_t>{2048, 9000})
                 check_case({type, 70, 2080, T, 1, {}, true, cuda::MatvecPath::Tensor, limit});
 }
 
@@ -389,7 +392,7 @@ TEST(CudaMatvecArgs, RejectsBadArguments) {
     w.type = TensorType::Q8_0;
     w.rows = 4;
     w.cols = 64;
-    w.row_bytes = 68;
+    w.row_bytes = 80;  // the device layout: 16 bytes of scales, 2 x 32 quants
     w.data = fake;
     float xy[8];
     cuda::MatvecArgs a;
@@ -409,9 +412,9 @@ TEST(CudaMatvecArgs, RejectsBadArguments) {
     a.y_stride = 8;
     EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);
     a.n = 1;
-    w.row_bytes = 60;  // shorter than two Q8_0 blocks
+    w.row_bytes = 68;  // GGUF's two blocks: shorter than the device row
     EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);
-    w.row_bytes = 68;
+    w.row_bytes = 80;
     w.cols = 50;  // not whole Q8_0 blocks
     EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);
     w.cols = 64;
@@ -432,10 +435,12 @@ TEST(CudaMatvecArgs, RejectsBadArguments) {
     EXPECT_EQ(cuda::matvec_workspace_bytes(w, a), 0u);  // Auto: the simple path needs no workspace
     EXPECT_FALSE(cuda::tensor_path_supported(w));
     w.type = TensorType::Q8_0;
-    w.row_bytes = 68;
+    w.row_bytes = 80;
     EXPECT_TRUE(cuda::tensor_path_supported(w));
-    // Each block packs its own x: two 32-column blocks need no workspace.
-    EXPECT_EQ(cuda::matvec_workspace_bytes(w, a), 0u);
+    // The packed x: T = 2 tokens x one 128-column group x (512 bytes of limbs + 4 scales).
+    EXPECT_EQ(cuda::matvec_workspace_bytes(w, a), 2u * (512 + 16));
+    w.row_bytes = 88;  // rows not 16-byte multiples: no int8 tensor path
+    EXPECT_FALSE(cuda::tensor_path_supported(w));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Internal to the CUDA backend (CUDA types allowed): error checks and the per-element
-// dequantisation of a weight row in its stored GGUF format, shared by every kernel that reads
-// weights on the plain (CUDA-core) path.
+// dequantisation of a weight row in its device format (GGUF's, except Q8_0: q8_0_device.h),
+// shared by every kernel that reads weights on the plain (CUDA-core) path.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/q8_0_device.h"
 #include "core/error.h"
 
 namespace dsv4::cuda {
@@ -49,10 +50,9 @@ __device__ __forceinline__ float load_elem(const uint8_t* row, int64_t i) {
         return __half2float(reinterpret_cast<const __half*>(row)[i]);
     } else if constexpr (TYPE == kBF16) {
         return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(row)[i]);
-    } else if constexpr (TYPE == kQ8_0) {
-        const uint8_t* blk = row + (i / 32) * 34;
-        const __half d = *reinterpret_cast<const __half*>(blk);  // blocks are 2-byte aligned
-        return __half2float(d) * float(int8_t(blk[2 + i % 32]));
+    } else if constexpr (TYPE == kQ8_0) {  // the device layout (q8_0_device.h)
+        const __half d = *reinterpret_cast<const __half*>(row + q8dev::scale_offset(i / 32));
+        return __half2float(d) * float(int8_t(row[q8dev::quant_offset(i / 32) + i % 32]));
     } else if constexpr (TYPE == kQ2_K) {
         // Super-blocks of 256 values in 84 bytes: scale/min codes [16], 2-bit quants [64] at 16,
         // f16 d at 80, f16 dmin at 82 (2-byte aligned: super-blocks and rows have even lengths).

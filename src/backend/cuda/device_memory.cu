@@ -1,8 +1,11 @@
 #include "backend/cuda/device_memory.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/q8_0_device.h"
 
 namespace dsv4::cuda {
 
@@ -57,15 +60,35 @@ DeviceWeight upload_matrices(const Mat& first, int64_t count) {
     w.mat.type = first.type;
     w.mat.rows = first.rows;
     w.mat.cols = first.cols;
-    w.mat.row_bytes = first.row_bytes;
+    const bool q8 = first.type == gguf::TensorType::Q8_0;
+    w.mat.row_bytes = q8 ? q8dev::row_bytes(first.cols) : first.row_bytes;
     w.mat.count = count;
     w.buffer = DeviceBuffer(w.mat.bytes());
-    w.buffer.upload(first.data, w.mat.bytes());
     w.mat.data = w.buffer.as<const uint8_t>();
+    if (!q8) {
+        w.buffer.upload(first.data, w.mat.bytes());
+        return w;
+    }
+    // Q8_0: converted on the host in slices of rows (a bounded staging buffer, whatever the size).
+    if (first.cols % 32 != 0 || first.row_bytes != size_t(first.cols / 32) * 34)
+        fail("CUDA upload: Q8_0 rows of ", first.row_bytes, " bytes for ", first.cols, " values (34 per 32 expected)");
+    const int64_t total = first.rows * count;
+    const int64_t slice = std::max<int64_t>(1, int64_t(32u << 20) / int64_t(w.mat.row_bytes));
+    std::vector<uint8_t> staging(size_t(std::min(slice, total)) * w.mat.row_bytes);
+    for (int64_t r = 0; r < total; r += slice) {
+        const int64_t n = std::min(slice, total - r);
+        q8dev::from_gguf(first.data + size_t(r) * first.row_bytes, n, first.cols, staging.data());
+        w.buffer.upload(staging.data(), size_t(n) * w.mat.row_bytes, size_t(r) * w.mat.row_bytes);
+    }
     return w;
 }
 
 }  // namespace
+
+size_t device_row_bytes(gguf::TensorType type, int64_t cols) {
+    if (type == gguf::TensorType::Q8_0) return q8dev::row_bytes(cols);
+    return size_t(cols / gguf::type_block_elems(type)) * gguf::type_block_bytes(type);
+}
 
 DeviceWeight upload(const Mat& m) { return upload_matrices(m, 1); }
 

@@ -1,6 +1,7 @@
 // Device memory for the CUDA backend, usable from plain C++ (no CUDA headers): an owning
-// buffer, and weight matrices uploaded in their stored GGUF format (Q8_0 stays 34 bytes per 32
-// values on the device; kernels dequantise as they read, so no full-precision copy exists).
+// buffer, and weight matrices uploaded in their stored GGUF format, except that Q8_0 rows are
+// rearranged into the device layout of q8_0_device.h (scales apart, quants 16-byte aligned; the
+// same 34 bytes per 32 values). Kernels dequantise as they read, so no full-precision copy exists.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -42,7 +43,7 @@ private:
 };
 
 // A [rows, cols] weight matrix, or `count` of them back to back (an expert stack: matrix e
-// starts e * rows * row_bytes bytes after matrix 0), in device memory in its stored format.
+// starts e * rows * row_bytes bytes after matrix 0), in device memory in its device format.
 // y = x · Wᵀ maps cols -> rows, as for the CPU's Mat.
 struct DeviceMat {
     gguf::TensorType type = gguf::TensorType::F32;
@@ -55,6 +56,9 @@ struct DeviceMat {
     size_t bytes() const { return matrix_bytes() * size_t(count); }
 };
 
+// Bytes of one row of cols values in the device format: GGUF's row, or q8dev::row_bytes for Q8_0.
+size_t device_row_bytes(gguf::TensorType type, int64_t cols);
+
 // A weight and the device memory that holds it.
 struct DeviceWeight {
     DeviceBuffer buffer;
@@ -62,7 +66,7 @@ struct DeviceWeight {
 };
 
 // Copies a host matrix (for instance one bound to the memory-mapped GGUF) or an expert stack to
-// the device byte for byte.
+// the device: byte for byte, Q8_0 converted to the device layout on the way.
 DeviceWeight upload(const Mat& m);
 DeviceWeight upload(const MatStack& s);
 

@@ -48,9 +48,13 @@ public:
 
     std::vector<DeviceLayerState> layers;
     int window = 0, head_dim = 0;
+    // Unique per state object: a mark's copy lists name the buffers of the state it was made for.
+    uint64_t serial() const { return serial_; }
 
 private:
     CudaState() = default;
+    static uint64_t next_serial();
+    uint64_t serial_ = next_serial();
     mutable std::shared_ptr<MarkPool> marks_;  // made by the first mark(); shared with the marks it hands out
 };
 

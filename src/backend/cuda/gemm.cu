@@ -162,11 +162,12 @@ void check_weight(const DeviceMat& w, const char* who) {
     const int64_t be = gguf::type_block_elems(w.type);
     if (w.cols % be != 0)
         fail(who, ": ", gguf::type_name(w.type), " rows of ", w.cols, " values are not whole blocks of ", be);
-    const size_t need = size_t(w.cols / be) * gguf::type_block_bytes(w.type);
+    const size_t need = device_row_bytes(w.type, w.cols);
     if (w.row_bytes < need)
         fail(who, ": row_bytes ", w.row_bytes, " < ", need, " for ", w.cols, " ", gguf::type_name(w.type), " values");
-    // The kernels read F32 and Q2_K (d, dmin, quants) as 4-byte words, F16/BF16/Q8_0 as 2-byte ones.
-    const size_t align = (t == kF32 || t == kQ2_K) ? 4 : t == kMXFP4 ? 1 : 2;
+    // The kernels read F32 and Q2_K (d, dmin, quants) as 4-byte words, F16/BF16 as 2-byte ones and
+    // Q8_0's quants (the device layout) as 16-byte ones.
+    const size_t align = t == kQ8_0 ? 16 : (t == kF32 || t == kQ2_K) ? 4 : t == kMXFP4 ? 1 : 2;
     if (w.row_bytes % align != 0 || reinterpret_cast<uintptr_t>(w.data) % align != 0)
         fail(who, ": ", gguf::type_name(w.type), " rows of ", w.row_bytes, " bytes at ",
              static_cast<const void*>(w.data), " are not ", align, "-byte aligned");

@@ -87,8 +87,8 @@ struct WChunk<kF16> : WChunk16<kF16> {};
 template <>
 struct WChunk<kBF16> : WChunk16<kBF16> {};
 
-// Q8_0: blocks of 34 bytes (f16 d, 32 int8); the chunk is half h of block k0/32. Blocks are only
-// 2-byte aligned, so the quants are read as 16-bit words.
+// Q8_0 in the device layout (q8_0_device.h): the chunk is half h of block k0/32, 16 quant
+// bytes at a 16-byte aligned offset, and the block's f16 d from the chunk's scale area.
 template <>
 struct WChunk<kQ8_0> {
     uint32_t q[4];
@@ -98,11 +98,10 @@ struct WChunk<kQ8_0> {
             q[0] = q[1] = q[2] = q[3] = d = 0;
             return;
         }
-        const uint16_t* blk = reinterpret_cast<const uint16_t*>(row + (k0 / 32) * 34);
-        const uint16_t* qs = blk + 1 + 8 * ((k0 / 16) & 1);
-        d = __ldg(blk);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) q[j] = uint32_t(__ldg(qs + 2 * j)) | (uint32_t(__ldg(qs + 2 * j + 1)) << 16);
+        const int64_t b = k0 / 32;
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(row + q8dev::quant_offset(b) + 16 * ((k0 / 16) & 1)));
+        q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+        d = __ldg(reinterpret_cast<const uint16_t*>(row + q8dev::scale_offset(b)));
     }
     __device__ __forceinline__ void decode(float (&o)[16]) const {
         const float s = __half2float(__ushort_as_half(uint16_t(d)));

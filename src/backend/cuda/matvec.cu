@@ -1,26 +1,28 @@
 // y[T, rows] = x[T, cols] · Wᵀ for T <= 8 over weights in their stored format (see matvec.h).
+// Q8_0 at T <= kQ8Int8MaxTokens has its own kernel (matvec_q8_0.cu); this file holds the
+// 16-bit tensor path (F16, BF16, and Q8_0 above that T), the dedicated CUDA-core kernels and
+// the oracle.
 //
-// Tensor path, one block of 8 warps per 32-row tile at a time (a block walks several tiles,
-// and its copy pipeline runs on across tile boundaries):
+// 16-bit tensor path, one block of 8 warps per 32-row tile at a time (a block walks several
+// tiles, and its copy pipeline runs on across tile boundaries):
 //   * The tile's weight bytes stream through a 4-stage ring in shared memory, each stage 32 rows
-//     x kScb 32-column blocks, copied with 16-byte cp.async. GGUF rows are not 16-byte aligned
-//     in general (a Q8_0 block is 34 bytes), so each row segment is copied from its start
-//     rounded down to 16 bytes and read back at that offset (the "delta"); a copy that would
-//     pass the end of the weight reads only the bytes inside it (the zero-fill form).
+//     x kScb 32-column blocks, copied with 16-byte cp.async. Each row segment is copied from its
+//     start rounded down to 16 bytes and read back at that offset (the "delta"; always 0 for
+//     Q8_0, whose device rows are chunks of 8 blocks, 272 bytes, and whose segments start at
+//     chunk boundaries); a copy that would pass the end of the weight reads only the bytes
+//     inside it (the zero-fill form).
 //   * Each warp takes kScb/8 of a stage's column blocks for all 32 rows (two m16 sub-tiles) and
 //     multiplies them on the tensor cores with mma.sync m16n8k16: rows are the m side, the
-//     tokens the n = 8 side (tokens >= T are zero), and the weights are dequantised from shared
-//     memory into the A fragments. The eight warps' partial sums are added in shared memory at the
+//     tokens the n = 8 side (tokens >= T are zero), the weights read from shared memory into the
+//     A fragments (Q8_0 quants converted to f16 exactly, the block's scale applied to each
+//     32-column partial sum in float32, as the CPU does). The eight warps' partial sums are added in shared memory at the
 //     end of each tile.
 //   * The block packs x itself, while its first weight stages are in flight: the columns of its
 //     split, per token as two 16-bit limbs x = hi + lo (f16 limbs with a power-of-two scale, or
-//     bf16 limbs for BF16 weights), kept in shared memory for the whole kernel. No separate
-//     packing launch: at decode that launch cost more than many of the products. The k order
-//     inside each 32-column block is permuted (lane quad t owns columns
-//     4t..4t+3 and 16+4t..16+4t+3 of the block, for the weights and for x alike): a dot product
-//     does not care about the order of its terms, and this order lets each lane read its
-//     weight bytes as two 4-byte words that no other lane of its row touches, with the rows of a
-//     warp in distinct shared-memory banks (row slots are padded for that).
+//     bf16 limbs for BF16 weights), kept in shared memory for the whole kernel. The k order
+//     inside each 32-column block is permuted (lane quad t owns columns 4t..4t+3 and
+//     16+4t..16+4t+3 of the block, for the weights and for x alike): a dot product does not care
+//     about the order of its terms.
 //   * Columns are split over blocks when the packed x would not fit shared memory, or when the
 //     tiles of all problems leave multiprocessors idle (a [512, 4096] matrix is 16 tiles for 132
 //     multiprocessors). Up to 8 splits of a tile form one thread-block cluster and the first block
@@ -37,6 +39,7 @@
 #include <cooperative_groups.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/matvec_q8_0.h"
 
 namespace dsv4::cuda {
 
@@ -50,13 +53,13 @@ constexpr int kRedBytes = kWarps * 2 * 32 * 4 * 4;  // per warp, sub-tile, lane:
 
 // The tensor path's formats. kScb: 32-column blocks per stage; kSlot: bytes of one row's
 // segment in a stage, padded so that the 8 rows a warp instruction touches fall in distinct
-// banks (Q8_0: a slot of 4 words mod 32 and lanes reading consecutive words; 2-byte types: 8
-// words mod 32 and lanes reading 8-byte pairs); kChunks: 16-byte copies that cover a segment
-// starting up to 14 bytes past a 16-byte boundary.
+// banks (Q8_0: a slot of 4 words mod 32 and lanes reading words t and t + 4 of a block's
+// quants; 2-byte types: 8 words mod 32 and lanes reading 8-byte pairs); kChunks: 16-byte copies
+// that cover a segment starting up to 14 bytes past a 16-byte boundary.
 template <int TYPE>
 struct TcFmt;
 template <>
-struct TcFmt<kQ8_0> {
+struct TcFmt<kQ8_0> {  // kBlk: bytes per block on average (a chunk of 8 is 272)
     static constexpr int kBlk = 34, kScb = 16, kSlot = 656;
     static constexpr bool kBf16Limbs = false;
 };
@@ -75,9 +78,19 @@ constexpr int kChunks = (14 + TcFmt<TYPE>::kScb * TcFmt<TYPE>::kBlk + 15) / 16;
 template <int TYPE>
 constexpr int kStageBytes = kTileRows * TcFmt<TYPE>::kSlot;
 
-// Slots must hold every chunk plus the 4 bytes a Q8_0 lane may read past its last quant word.
-static_assert(kChunks<kQ8_0> * 16 + 4 <= TcFmt<kQ8_0>::kSlot && TcFmt<kQ8_0>::kSlot % 128 == 16, "Q8_0 slot");
+static_assert(kChunks<kQ8_0> * 16 <= TcFmt<kQ8_0>::kSlot && TcFmt<kQ8_0>::kSlot % 128 == 16, "Q8_0 slot");
 static_assert(kChunks<kF16> * 16 <= TcFmt<kF16>::kSlot && TcFmt<kF16>::kSlot % 128 == 32, "F16 slot");
+static_assert(TcFmt<kQ8_0>::kScb % q8dev::kChunkBlocks == 0, "Q8_0 stages are whole chunks");
+
+// Bytes of n column blocks of a row from a block boundary (for Q8_0 one at a chunk boundary):
+// a segment's length, and the offset of block n in the row.
+template <int TYPE>
+__host__ __device__ __forceinline__ size_t segment_bytes(int n) {
+    if constexpr (TYPE == kQ8_0)
+        return q8dev::row_bytes(int64_t(n) * 32);
+    else
+        return size_t(n) * TcFmt<TYPE>::kBlk;
+}
 
 struct TcParams {
     const uint8_t* w;       // matrix or stack base
@@ -194,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
         cp_r[k] = i < kTileRows * kChunks<TYPE> ? i / kChunks<TYPE> : kTileRows;
         cp_ch[k] = i - cp_r[k] * kChunks<TYPE>;
     }
-    auto tile_offset = [&](int row0, int cb0) { return wbase + size_t(row0) * p.row_bytes + size_t(cb0) * F::kBlk; };
+    auto tile_offset = [&](int row0, int cb0) { return wbase + size_t(row0) * p.row_bytes + segment_bytes<TYPE>(cb0); };
 
     auto load_stage = [&](int s) {
         if (s < S && !bad) {
@@ -202,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
             stage_geometry(s, row0, cb0, ncb, ks);
             uint8_t* buf = stages + (s % kStages) * kStageBytes<TYPE>;
             const size_t tile = tile_offset(row0, cb0);
-            const size_t seg_len = size_t(ncb) * F::kBlk;
+            const size_t seg_len = segment_bytes<TYPE>(ncb);
             const int rows_here = int(min(int64_t(kTileRows), p.rows - row0));
 #pragma unroll
             for (int k = 0; k < kCopies; ++k) {
@@ -286,7 +299,6 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
         int row0, cb0, ncb, ks;
         stage_geometry(s, row0, cb0, ncb, ks);
         const uint8_t* buf = stages + (s % kStages) * kStageBytes<TYPE>;
-        const uint32_t* bufw = reinterpret_cast<const uint32_t*>(buf);
 
         // Byte offsets in buf of this lane's rows g, g+8, 16+g, 24+g (segment start + delta).
         // Only the low 4 bits of the start matter, so 32-bit arithmetic does.
@@ -310,31 +322,33 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
             }
 #pragma unroll
             for (int sub = 0; sub < 2; ++sub) {
-                const int oa = rowoff[2 * sub] + c * F::kBlk;      // row 16*sub + g
-                const int ob = rowoff[2 * sub + 1] + c * F::kBlk;  // row 16*sub + g + 8
                 if constexpr (TYPE == kQ8_0) {
-                    const float da = __half2float(*reinterpret_cast<const __half*>(buf + oa));
-                    const float db = __half2float(*reinterpret_cast<const __half*>(buf + ob));
-                    // A lane's two words of a row sit 16 bytes apart at the same shift: one base.
-                    const uint32_t* wa = bufw + ((oa + 2 + 4 * t) >> 2);
-                    const uint32_t* wb = bufw + ((ob + 2 + 4 * t) >> 2);
-                    const int sa = ((oa + 2) & 2) * 8, sb = ((ob + 2) & 2) * 8;
+                    // Block c of the segment in the device layout: its f16 scale in the chunk's
+                    // scale area, its 32 quants 16-byte aligned after it (q8_0_device.h).
+                    const int chunk = (c >> 3) * q8dev::kChunkBytes, bc = c & 7;
+                    const int ra = rowoff[2 * sub] + chunk, rb = rowoff[2 * sub + 1] + chunk;  // rows g, g + 8
+                    const float da = __half2float(*reinterpret_cast<const __half*>(buf + ra + 2 * bc));
+                    const float db = __half2float(*reinterpret_cast<const __half*>(buf + rb + 2 * bc));
+                    const uint32_t* wa = reinterpret_cast<const uint32_t*>(buf + ra + q8dev::kScaleArea + 32 * bc) + t;
+                    const uint32_t* wb = reinterpret_cast<const uint32_t*>(buf + rb + q8dev::kScaleArea + 32 * bc) + t;
                     uint32_t a00, a08, a10, a18, b00, b08, b10, b18;
-                    i8x4_to_f16x2(__funnelshift_r(wa[0], wa[1], sa), a00, a08);
-                    i8x4_to_f16x2(__funnelshift_r(wa[4], wa[5], sa), a10, a18);
-                    i8x4_to_f16x2(__funnelshift_r(wb[0], wb[1], sb), b00, b08);
-                    i8x4_to_f16x2(__funnelshift_r(wb[4], wb[5], sb), b10, b18);
+                    i8x4_to_f16x2(wa[0], a00, a08);
+                    i8x4_to_f16x2(wa[4], a10, a18);
+                    i8x4_to_f16x2(wb[0], b00, b08);
+                    i8x4_to_f16x2(wb[4], b10, b18);
                     // Two independent chains (hi and lo limbs) halve the dependent mma latency.
                     float ph[4] = {0.0f, 0.0f, 0.0f, 0.0f}, pl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mma16816<F::kBf16Limbs>(ph, a00, b00, a08, b08, bh.x, bh.y);
-                    mma16816<F::kBf16Limbs>(pl, a00, b00, a08, b08, bl.x, bl.y);
-                    mma16816<F::kBf16Limbs>(ph, a10, b10, a18, b18, bh.z, bh.w);
-                    mma16816<F::kBf16Limbs>(pl, a10, b10, a18, b18, bl.z, bl.w);
+                    mma16816<false>(ph, a00, b00, a08, b08, bh.x, bh.y);
+                    mma16816<false>(pl, a00, b00, a08, b08, bl.x, bl.y);
+                    mma16816<false>(ph, a10, b10, a18, b18, bh.z, bh.w);
+                    mma16816<false>(pl, a10, b10, a18, b18, bl.z, bl.w);
                     acc[sub][0] += da * (ph[0] + pl[0]);
                     acc[sub][1] += da * (ph[1] + pl[1]);
                     acc[sub][2] += db * (ph[2] + pl[2]);
                     acc[sub][3] += db * (ph[3] + pl[3]);
                 } else {
+                    const int oa = rowoff[2 * sub] + c * F::kBlk;      // row 16*sub + g
+                    const int ob = rowoff[2 * sub + 1] + c * F::kBlk;  // row 16*sub + g + 8
                     const uint2 a0 = *reinterpret_cast<const uint2*>(buf + oa + 8 * t);
                     const uint2 a1 = *reinterpret_cast<const uint2*>(buf + oa + 32 + 8 * t);
                     const uint2 b0 = *reinterpret_cast<const uint2*>(buf + ob + 8 * t);
@@ -669,7 +683,7 @@ void check_args(const DeviceMat& w, const MatvecArgs& a) {
         fail("CUDA matvec: unsupported weight type ", gguf::type_name(type));
     const int64_t be = gguf::type_block_elems(type);
     if (w.cols % be != 0) fail("CUDA matvec: ", gguf::type_name(type), " rows of ", w.cols, " values are not whole blocks");
-    const size_t need = size_t(w.cols / be) * gguf::type_block_bytes(type);
+    const size_t need = device_row_bytes(type, w.cols);
     if (w.row_bytes < need)
         fail("CUDA matvec: row_bytes ", w.row_bytes, " < ", need, " for ", w.cols, " ", gguf::type_name(type), " values");
     if (!a.ids && a.n > w.count) fail("CUDA matvec: ", a.n, " problems without ids but only ", w.count, " matrices");
@@ -745,7 +759,9 @@ TcPlan plan_tc(const DeviceMat& w, const MatvecArgs& a, size_t x_smem_limit) {
     // One token of a split of nbk column blocks takes nbk * 128 + 64 bytes (the 64 staggers the
     // tokens across banks); the total is rounded up to 128.
     const int64_t per_tok = (int64_t(budget) - 127) / a.T;
-    const int64_t nbk_max = (per_tok - 64) / kXBlockBytes;
+    // Q8_0 splits start at chunk boundaries (8 blocks) of the device layout.
+    constexpr int kAlign = TYPE == kQ8_0 ? q8dev::kChunkBlocks : 1;
+    const int64_t nbk_max = (per_tok - 64) / kXBlockBytes / kAlign * kAlign;
     if (nbk_max < 1) fail("CUDA matvec: no room in shared memory for the packed x (", budget, " bytes for ", a.T, " tokens)");
     auto finish = [&](TcPlan& pl, int kbps) {
         pl.kbps = kbps;
@@ -756,7 +772,7 @@ TcPlan plan_tc(const DeviceMat& w, const MatvecArgs& a, size_t x_smem_limit) {
     };
     TcPlan pl;
     const int min_split = int((nb + nbk_max - 1) / nbk_max);
-    finish(pl, (nb + min_split - 1) / min_split);
+    finish(pl, ((nb + min_split - 1) / min_split + kAlign - 1) / kAlign * kAlign);  // <= nbk_max
     const int64_t tiles = (w.rows + kTileRows - 1) / kTileRows;
     const int stages = (nb + F::kScb - 1) / F::kScb;
     if (stages > 1) {
@@ -854,11 +870,12 @@ size_t tc_workspace_bytes(const DeviceMat& w, const MatvecArgs& a, size_t x_smem
 }  // namespace
 
 bool tensor_path_supported(const DeviceMat& w) {
-    // The kernel reads Q8_0 scales as aligned halves (even row_bytes) and 2-byte rows as aligned
-    // 8-byte pairs (row_bytes a multiple of 16); GGUF rows satisfy both when cols % 32 == 0.
+    // Q8_0 in the device layout (both of its kernels need the same). The F16/BF16 kernel reads
+    // 2-byte rows as aligned 8-byte pairs (row_bytes a multiple of 16, which GGUF rows are when
+    // cols % 32 == 0).
     const int t = int(w.type);
-    const size_t row_align = t == kQ8_0 ? 2 : 16;
-    return (t == kQ8_0 || t == kF16 || t == kBF16) && w.cols % 32 == 0 && w.row_bytes % row_align == 0 &&
+    if (t == kQ8_0) return q8_0_matvec_supported(w);
+    return (t == kF16 || t == kBF16) && w.cols % 32 == 0 && w.row_bytes % 16 == 0 &&
            (reinterpret_cast<uintptr_t>(w.data) & 15) == 0;
 }
 
@@ -867,17 +884,23 @@ bool use_tensor(const DeviceMat& w, MatvecOptions opt) {
     if (opt.path == MatvecPath::Simple) return false;
     if (opt.path == MatvecPath::Tensor) {
         if (!tensor_path_supported(w))
-            fail("CUDA matvec: the tensor path takes Q8_0/F16/BF16 weights with cols % 32 == 0 and a 16-byte aligned "
-                 "base, not ", gguf::type_name(w.type), " with cols ", w.cols);
+            fail("CUDA matvec: the tensor path takes Q8_0 (device layout), F16 or BF16 weights with cols % 32 == 0 and "
+                 "a 16-byte aligned base, not ", gguf::type_name(w.type), " with cols ", w.cols);
         return true;
     }
     return tensor_path_supported(w);
+}
+// Q8_0 on the tensor path: the int8 kernel up to kQ8Int8MaxTokens tokens, where it is faster,
+// the 16-bit one above (docs/CUDA.md has the measurements).
+bool int8_q8_0(const DeviceMat& w, const MatvecArgs& a) {
+    return w.type == gguf::TensorType::Q8_0 && a.T <= kQ8Int8MaxTokens;
 }
 }  // namespace
 
 size_t matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a, MatvecOptions opt) {
     check_args(w, a);
-    return use_tensor(w, opt) ? tc_workspace_bytes(w, a, opt.x_smem_limit) : 0;
+    if (!use_tensor(w, opt)) return 0;
+    return int8_q8_0(w, a) ? q8_0_matvec_workspace_bytes(w, a) : tc_workspace_bytes(w, a, opt.x_smem_limit);
 }
 
 void matvec(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t workspace_bytes, Stream stream,
@@ -885,7 +908,12 @@ void matvec(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t wor
     check_args(w, a);
     if (use_tensor(w, opt)) {
         switch (int(w.type)) {
-            case kQ8_0: launch_tc<kQ8_0>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
+            case kQ8_0:
+                if (int8_q8_0(w, a))
+                    q8_0_matvec(w, a, workspace, workspace_bytes, stream);
+                else
+                    launch_tc<kQ8_0>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit);
+                break;
             case kF16: launch_tc<kF16>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
             case kBF16: launch_tc<kBF16>(w, a, workspace, workspace_bytes, stream, opt.x_smem_limit); break;
         }

@@ -3,8 +3,11 @@
 // inside the kernel; and the same for several matrices of an expert stack at once.
 //
 // Two implementations:
-//   Tensor (Q8_0, F16, BF16; cols % 32 == 0): weights streamed once through shared memory with
-//     16-byte asynchronous copies and multiplied on the tensor cores (mma.sync m16n8k16, tokens
+//   Tensor, Q8_0 at T <= kQ8Int8MaxTokens (4): int8 tensor cores over Q8_0's device layout
+//     (matvec_q8_0.h, q8_0_device.h), x split into four int8 limbs per value (exact to 2^-22 of
+//     its block's largest value), each block's exact int32 limb sums scaled in float32.
+//   Tensor, 16-bit (F16, BF16, Q8_0 above 4 tokens; cols % 32 == 0): weights streamed once
+//     through shared memory with 16-byte asynchronous copies and multiplied on the tensor cores (mma.sync m16n8k16, tokens
 //     as the n = 8 side). Each block first converts its columns of x into two 16-bit limbs per
 //     value, x = hi + lo, so the products keep about 22 (f16 limbs) or 16 (bf16 limbs) bits of
 //     x: float32-grade results, not bf16-grade. Q8_0 and F16 weights are exact in f16, so their

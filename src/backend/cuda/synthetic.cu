@@ -28,9 +28,12 @@ __device__ __forceinline__ float uniform(uint64_t seed, uint64_t i, float a) {
     return (float(r) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * a;
 }
 
-// One storage block per thread (grid-stride): F32/F16/BF16 one value; Q8_0 34 bytes; MXFP4 17;
-// Q2_K 84. Values have magnitude up to about a (uniform).
-__global__ void fill_kernel(uint8_t* out, int64_t n_blocks, int type, float a, uint64_t seed) {
+// One storage block per thread (grid-stride): F32/F16/BF16 one value; Q8_0 34 bytes (its d and
+// quants where the device layout puts them: block j of a row of nb at scale_offset(j) and
+// quant_offset(j) of rows of row_bytes); MXFP4 17; Q2_K 84. Values have magnitude up to about a
+// (uniform).
+__global__ void fill_kernel(uint8_t* out, int64_t n_blocks, int type, float a, uint64_t seed, int64_t nb,
+                            size_t row_bytes) {
     for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < n_blocks;
          b += int64_t(gridDim.x) * blockDim.x) {
         const uint64_t s = seed + uint64_t(b) * 0x100000001b3ull;
@@ -41,14 +44,15 @@ __global__ void fill_kernel(uint8_t* out, int64_t n_blocks, int type, float a, u
         } else if (type == kBF16) {
             reinterpret_cast<__nv_bfloat16*>(out)[b] = __float2bfloat16(uniform(s, 0, a));
         } else if (type == kQ8_0) {
-            uint8_t* blk = out + b * 34;
+            uint8_t* row = out + size_t(b / nb) * row_bytes;
+            uint8_t* qs = row + q8dev::quant_offset(b % nb);
             const __half d = __float2half(a / 127.0f);
-            memcpy(blk, &d, 2);
+            memcpy(row + q8dev::scale_offset(b % nb), &d, 2);
             for (int j = 0; j < 32; j += 8) {
                 const uint64_t r = mix64(s ^ uint64_t(j));
                 for (int k = 0; k < 8; ++k) {
                     const int q = int((r >> (8 * k)) & 0xff) - 128;  // -128 .. 127, kept to -127 .. 127
-                    blk[2 + j + k] = uint8_t(int8_t(q < -127 ? -127 : q));
+                    qs[j + k] = uint8_t(int8_t(q < -127 ? -127 : q));
                 }
             }
         } else if (type == kMXFP4) {
@@ -89,13 +93,14 @@ public:
         w.mat.type = type;
         w.mat.rows = rows;
         w.mat.cols = cols;
-        w.mat.row_bytes = size_t(cols / be) * gguf::type_block_bytes(type);
+        w.mat.row_bytes = device_row_bytes(type, cols);
         w.mat.count = count;
         w.buffer = DeviceBuffer(w.mat.bytes());
         w.mat.data = w.buffer.as<const uint8_t>();
         const int64_t n_blocks = rows * count * (cols / be);
         const float a = std::sqrt(3.0f / float(cols));  // variance 1/cols
-        fill_kernel<<<device_limits().sms * 16, 256>>>(w.buffer.as<uint8_t>(), n_blocks, int(type), a, next_seed());
+        fill_kernel<<<device_limits().sms * 16, 256>>>(w.buffer.as<uint8_t>(), n_blocks, int(type), a, next_seed(),
+                                                       cols / be, w.mat.row_bytes);
         DSV4_LAUNCH_CHECK();
         return w;
     }

@@ -1,0 +1,330 @@
+// The Q8_0 decode matvec (T <= 8 tokens) on the int8 tensor cores; the arithmetic and the
+// fragment layouts are in q8_0_device.h, shared with the CPU replay of a warp in
+// tests/test_q8_0_device.cpp.
+//
+// Two launches per product:
+//   1. pack_x_limbs_kernel: x of every token into int8 limbs and a power-of-two scale per
+//      32-column block, in the order the B fragments are read (the workspace). Tiny: T x cols
+//      values.
+//   2. q8_matvec_kernel: weights straight from global memory into registers (two 16-byte loads
+//      per row and block, no shared-memory staging, no dequantisation), 8 MMAs per 16 rows x 128
+//      columns and token. It is launched with programmatic dependent launch: its blocks start
+//      while the pack runs and load their first weights, and wait (griddepcontrol.wait) only
+//      before their first read of the packed x.
+// A block of 8 warps takes 8 / WC row tiles of 16 rows at a time; the WC warps of a tile split
+// its groups and their sums are added in shared memory in warp order. WC grows (1, 2, 4, 8)
+// until the blocks fill the multiprocessors, so a matrix of few rows still spreads. Every sum is
+// taken in a fixed order: the result is deterministic.
+#include "backend/cuda/matvec_q8_0.h"
+
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/q8_0_device.h"
+
+namespace dsv4::cuda {
+
+namespace {
+
+using namespace q8dev;
+
+constexpr int kThreads = 256, kWarps = 8;
+
+// m16n8k32 s8 x s8 + s32 -> s32 (the PTX fragment layouts; q8_0_device.h has how they are used).
+__device__ __forceinline__ void imma16832(int32_t (&c)[4], const AFrag& a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a.a0), "r"(a.a1), "r"(a.a2), "r"(a.a3), "r"(b0), "r"(b1));
+}
+
+// Weights are read once: 16 bytes past L1 (no allocation there), into four words.
+__device__ __forceinline__ void ld_stream(const uint8_t* p, uint32_t* w) {
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+        : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+        : "l"(p));
+}
+
+// x's 8-lane teams: one (problem input, token, block) each, a lane holding 4 consecutive values.
+__global__ void __launch_bounds__(kThreads) pack_x_limbs_kernel(const float* __restrict__ x, int64_t ldx,
+                                                                int64_t x_stride, int T, int nb, int G, int P,
+                                                                uint8_t* __restrict__ xl, float* __restrict__ xs) {
+    // The matvec may start now: it loads weights until it needs these limbs (griddepcontrol.wait).
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    const int64_t team = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 3;
+    const int k = int(threadIdx.x & 7);
+    const int64_t nblk = int64_t(G) * 4;
+    if (team >= int64_t(P) * T * nblk) return;  // whole teams leave together
+    const unsigned mask = 0xffu << (threadIdx.x & 24);
+    const int64_t b = team % nblk, pn = team / nblk;
+    const int64_t p = pn / T, n = pn - p * T;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float m = 0.0f;
+    bool nan = false;
+    if (b < nb) {
+        const float* xb = x + p * x_stride + n * ldx + b * 32 + 4 * k;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            v[e] = xb[e];
+            m = fmaxf(m, fabsf(v[e]));  // fmaxf skips NaN: counted apart
+            nan |= v[e] != v[e];
+        }
+    }
+#pragma unroll
+    for (int off = 1; off < 8; off <<= 1) {
+        m = fmaxf(m, __shfl_xor_sync(mask, m, off));
+        nan |= __shfl_xor_sync(mask, int(nan), off) != 0;
+    }
+    const float s = nan ? NAN : x_block_scale(m);
+    const bool finite = s <= 3.4028235e38f;
+    const float inv = finite ? 1.0f / s : 0.0f;  // exact: a power of two
+    int8_t l[4][4] = {};
+    if (finite)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) split_limbs(v[e] * inv, l[e]);
+    uint8_t* group = xl + (pn * G + b / 4) * kGroupLimbBytes;
+#pragma unroll
+    for (int limb = 0; limb < 4; ++limb) {
+        const uint32_t word = uint32_t(uint8_t(l[0][limb])) | (uint32_t(uint8_t(l[1][limb])) << 8) |
+                              (uint32_t(uint8_t(l[2][limb])) << 16) | (uint32_t(uint8_t(l[3][limb])) << 24);
+        *reinterpret_cast<uint32_t*>(group + limb_offset(limb, 4 * k, int(b % 4))) = word;
+    }
+    if (k == 0) xs[pn * nblk + b] = b < nb ? s : 0.0f;
+}
+
+struct Q8Params {
+    const uint8_t* w;  // matrix or stack base, device layout (q8_0_device.h)
+    size_t matrix_bytes, row_bytes;
+    int64_t rows, count;
+    const int32_t* ids;
+    int nb, G;
+    const uint8_t* xl;  // packed limbs [input][T][G][512]
+    const float* xs;    // scales [input][T][G * 4]
+    int x_per_prob;     // 1: problem p reads input p, 0: every problem input 0
+    float* y;
+    int64_t ldy, y_stride;
+    int wc, sets;  // warps per row tile, row-tile sets (of 8 / wc tiles)
+};
+
+// The A fragments' bytes and the scales of group gi of rows g (W, dg) and g + 8 (U, dh).
+struct AStep {
+    uint32_t W[8], U[8];
+    float dg, dh;
+};
+__device__ __forceinline__ void load_step(AStep& a, const uint8_t* rowg, const uint8_t* rowh, bool okg, bool okh,
+                                          int gi, int t, int nb) {
+    const int blk = 4 * gi + t;
+    const bool valid = blk < nb;
+    const size_t qo = quant_offset(blk), so = scale_offset(blk);
+    if (okg && valid) {
+        ld_stream(rowg + qo, a.W);
+        ld_stream(rowg + qo + 16, a.W + 4);
+        a.dg = __half2float(__ldg(reinterpret_cast<const __half*>(rowg + so)));
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) a.W[i] = 0;
+        a.dg = 0.0f;
+    }
+    if (okh && valid) {
+        ld_stream(rowh + qo, a.U);
+        ld_stream(rowh + qo + 16, a.U + 4);
+        a.dh = __half2float(__ldg(reinterpret_cast<const __half*>(rowh + so)));
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) a.U[i] = 0;
+        a.dh = 0.0f;
+    }
+}
+
+template <int T>
+__global__ void __launch_bounds__(kThreads, 2) q8_matvec_kernel(const Q8Params p) {
+    __shared__ float red[kWarps][16][T];
+    const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31), g = lane >> 2, t = lane & 3;
+    const int WC = p.wc, WR = kWarps / WC, wr = warp / WC, wc = warp - wr * WC;
+    const int prob = int(blockIdx.y);
+    const int64_t mat = p.ids ? int64_t(p.ids[prob]) : int64_t(prob);
+    const bool bad = mat < 0 || mat >= p.count;
+    const uint8_t* wm = p.w + (bad ? 0 : size_t(mat) * p.matrix_bytes);
+    int ga, gb;
+    group_range(p.G, wc, WC, ga, gb);
+    const size_t in = p.x_per_prob ? size_t(prob) : 0;
+    const uint8_t* xl = p.xl + in * T * size_t(p.G) * kGroupLimbBytes;
+    const float* xs = p.xs + in * T * size_t(p.G) * 4;
+    const bool bact = b_active(g, t);
+    bool waited = false;
+
+    for (int set = int(blockIdx.x); set < p.sets; set += int(gridDim.x)) {
+        const int64_t r0 = (int64_t(set) * WR + wr) * 16;
+        const bool okg = !bad && r0 + g < p.rows, okh = !bad && r0 + g + 8 < p.rows;
+        const uint8_t* rowg = wm + size_t(r0 + g) * p.row_bytes;
+        const uint8_t* rowh = rowg + 8 * p.row_bytes;
+        float acc[T][2];
+#pragma unroll
+        for (int n = 0; n < T; ++n) acc[n][0] = acc[n][1] = 0.0f;
+
+        AStep cur, nxt;
+        if (ga < gb) load_step(cur, rowg, rowh, okg, okh, ga, t, p.nb);
+        if (!waited) {  // the packed x is complete past this point (a no-op without the dependent launch)
+            asm volatile("griddepcontrol.wait;\n" ::: "memory");
+            waited = true;
+        }
+        for (int gi = ga; gi < gb; ++gi) {
+            if (gi + 1 < gb) load_step(nxt, rowg, rowh, okg, okh, gi + 1, t, p.nb);  // in flight meanwhile
+#pragma unroll
+            for (int n = 0; n < T; ++n) {
+                const uint8_t* xg = xl + (size_t(n) * p.G + gi) * kGroupLimbBytes;
+                uint32_t hA[2][4] = {}, hB[2][4] = {};
+                if (bact) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const uint4 va = __ldg(reinterpret_cast<const uint4*>(xg + b_offset(g, 0, h)));
+                        const uint4 vb = __ldg(reinterpret_cast<const uint4*>(xg + b_offset(g, 1, h)));
+                        hA[h][0] = va.x, hA[h][1] = va.y, hA[h][2] = va.z, hA[h][3] = va.w;
+                        hB[h][0] = vb.x, hB[h][1] = vb.y, hB[h][2] = vb.z, hB[h][3] = vb.w;
+                    }
+                }
+                const float s = __ldg(xs + (size_t(n) * p.G + gi) * 4 + t);
+                int32_t cA[4] = {0, 0, 0, 0}, cB[4] = {0, 0, 0, 0};
+#pragma unroll
+                for (int m = 0; m < 4; ++m) {
+                    const AFrag a = a_frag(cur.W, cur.U, m);
+                    uint32_t b0, b1;
+                    b_frag(hA, m, b0, b1);
+                    imma16832(cA, a, b0, b1);
+                    b_frag(hB, m, b0, b1);
+                    imma16832(cB, a, b0, b1);
+                }
+                acc[n][0] = fmaf(combine_limbs(cA[0], cA[1], cB[0], cB[1]), cur.dg * s, acc[n][0]);
+                acc[n][1] = fmaf(combine_limbs(cA[2], cA[3], cB[2], cB[3]), cur.dh * s, acc[n][1]);
+            }
+            if (gi + 1 < gb) cur = nxt;
+        }
+
+        // Lane quad t holds blocks t, t + 4, ...: add the quad in a fixed order ((0+1)+(2+3)).
+#pragma unroll
+        for (int n = 0; n < T; ++n)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                acc[n][r] += __shfl_xor_sync(0xffffffffu, acc[n][r], 1);
+                acc[n][r] += __shfl_xor_sync(0xffffffffu, acc[n][r], 2);
+            }
+        const float nan = __int_as_float(0x7fc00000);
+        if (WC == 1) {
+            if (t == 0)
+#pragma unroll
+                for (int n = 0; n < T; ++n) {
+                    float* yn = p.y + prob * p.y_stride + n * p.ldy;
+                    if (r0 + g < p.rows) yn[r0 + g] = bad ? nan : acc[n][0];
+                    if (r0 + g + 8 < p.rows) yn[r0 + g + 8] = bad ? nan : acc[n][1];
+                }
+        } else {
+            if (t == 0)
+#pragma unroll
+                for (int n = 0; n < T; ++n) {
+                    red[warp][g][n] = acc[n][0];
+                    red[warp][g + 8][n] = acc[n][1];
+                }
+            __syncthreads();
+            for (int o = int(threadIdx.x); o < WR * 16 * T; o += kThreads) {
+                const int n = o % T, rr = (o / T) % 16, tile = o / (16 * T);
+                const int64_t row = (int64_t(set) * WR + tile) * 16 + rr;
+                if (row >= p.rows) continue;
+                float v = 0.0f;
+                for (int c = 0; c < WC; ++c) v += red[tile * WC + c][rr][n];
+                p.y[prob * p.y_stride + n * p.ldy + row] = bad ? nan : v;
+            }
+            __syncthreads();  // red is rewritten by the next set
+        }
+    }
+}
+
+struct Q8Plan {
+    int wc = 1, sets = 1, grid = 1;
+};
+
+Q8Plan plan_q8(const DeviceMat& w, const MatvecArgs& a) {
+    const int64_t tiles = (w.rows + 15) / 16, G = groups(w.cols);
+    const int64_t target = 2 * int64_t(device_limits().sms);  // two resident blocks per multiprocessor
+    Q8Plan pl;
+    for (int wc = 1; wc <= kWarps && wc <= G; wc *= 2) {
+        pl.wc = wc;
+        pl.sets = int((tiles + kWarps / wc - 1) / (kWarps / wc));
+        if (int64_t(pl.sets) * a.n >= target) break;
+    }
+    pl.grid = int(std::min<int64_t>(pl.sets, std::max<int64_t>(1, (target + a.n - 1) / a.n)));
+    return pl;
+}
+
+template <int T>
+void launch_main(const Q8Params& p, const Q8Plan& pl, int n, cudaStream_t stream) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(pl.grid), unsigned(n), 1);
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, q8_matvec_kernel<T>, p));
+}
+
+}  // namespace
+
+bool q8_0_matvec_supported(const DeviceMat& w) {
+    return w.type == gguf::TensorType::Q8_0 && w.cols % 32 == 0 && w.row_bytes >= row_bytes(w.cols) && w.row_bytes % 16 == 0 &&
+           (reinterpret_cast<uintptr_t>(w.data) & 15) == 0;
+}
+
+size_t q8_0_matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a) {
+    const size_t inputs = a.x_stride ? size_t(a.n) : 1;
+    return inputs * size_t(a.T) * size_t(groups(w.cols)) * (kGroupLimbBytes + 4 * sizeof(float));
+}
+
+void q8_0_matvec(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_bytes, Stream stream) {
+    const size_t need = q8_0_matvec_workspace_bytes(w, a);
+    if (!ws || ws_bytes < need || (reinterpret_cast<uintptr_t>(ws) & 15))
+        fail("CUDA matvec: Q8_0 needs a 16-byte aligned workspace of ", need, " bytes, got ", ws_bytes);
+    if (a.n > 65535) fail("CUDA matvec: ", a.n, " problems");
+    const int G = int(groups(w.cols)), nb = int(w.cols / 32);
+    const int P = a.x_stride ? a.n : 1;
+    const size_t limb_bytes = size_t(P) * a.T * G * kGroupLimbBytes;
+    uint8_t* xl = static_cast<uint8_t*>(ws);
+    float* xs = reinterpret_cast<float*>(xl + limb_bytes);
+
+    const int64_t lanes = int64_t(P) * a.T * G * 4 * 8;
+    pack_x_limbs_kernel<<<ceil_div(lanes, kThreads), kThreads, 0, stream>>>(a.x, a.ldx, a.x_stride, a.T, nb, G, P,
+                                                                           xl, xs);
+    DSV4_LAUNCH_CHECK();
+
+    const Q8Plan pl = plan_q8(w, a);
+    Q8Params p{};
+    p.w = w.data;
+    p.matrix_bytes = w.matrix_bytes();
+    p.row_bytes = w.row_bytes;
+    p.rows = w.rows;
+    p.count = w.count;
+    p.ids = a.ids;
+    p.nb = nb;
+    p.G = G;
+    p.xl = xl;
+    p.xs = xs;
+    p.x_per_prob = a.x_stride ? 1 : 0;
+    p.y = a.y;
+    p.ldy = a.ldy;
+    p.y_stride = a.y_stride;
+    p.wc = pl.wc;
+    p.sets = pl.sets;
+    switch (a.T) {
+        case 1: launch_main<1>(p, pl, a.n, stream); break;
+        case 2: launch_main<2>(p, pl, a.n, stream); break;
+        case 3: launch_main<3>(p, pl, a.n, stream); break;
+        case 4: launch_main<4>(p, pl, a.n, stream); break;
+        case 5: launch_main<5>(p, pl, a.n, stream); break;
+        case 6: launch_main<6>(p, pl, a.n, stream); break;
+        case 7: launch_main<7>(p, pl, a.n, stream); break;
+        default: launch_main<8>(p, pl, a.n, stream); break;
+    }
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,26 @@
+// The Q8_0 path of matvec (matvec.h) for T <= kQ8Int8MaxTokens: int8 tensor cores over the
+// device layout of q8_0_device.h, x as int8 limbs packed by a first small launch into the
+// workspace. It takes every T up to kMaxMatvecTokens (the tests run it there too), but above
+// kQ8Int8MaxTokens matvec takes the 16-bit tensor kernel, which is faster there: the int8 one
+// issues 8 MMAs per 128 columns whatever T is, and its x limbs grow with T.
+#pragma once
+#include <cstddef>
+
+#include "backend/cuda/matvec.h"
+
+namespace dsv4::cuda {
+
+// The most tokens for which matvec takes this kernel: measured on an H100 (docs/CUDA.md), it is
+// up to 2x faster than the 16-bit kernel at T = 1, about even at T = 4 and up to 1.8x slower at 8.
+constexpr int kQ8Int8MaxTokens = 4;
+
+// Q8_0 in the device layout (row_bytes = q8dev::row_bytes(cols)), a 16-byte aligned base.
+bool q8_0_matvec_supported(const DeviceMat& w);
+
+// The packed x: per input (n when x_stride != 0, else 1), token and 128-column group, 512 bytes
+// of limbs and 4 float scales.
+size_t q8_0_matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a);
+
+void q8_0_matvec(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_bytes, Stream stream);
+
+}  // namespace dsv4::cuda

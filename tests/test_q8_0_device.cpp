@@ -1,0 +1,301 @@
+// The CUDA backend's Q8_0 device layout and the arithmetic of its int8 tensor-core matvec
+// (src/backend/cuda/q8_0_device.h), on the CPU: the layout conversion element for element, the
+// x limbs' range and exactness, and a replay of the kernel's warp, lane by lane, with the
+// mma.sync m16n8k32 s8 fragment layouts as the PTX ISA documents them (written here
+// independently of the header's mapping), against cpu::matmul on the same GGUF rows. The replay
+// checks that the pieces of the kernel fit together and are float32-grade; the hardware itself
+// is checked by tests/cuda/test_cuda_matvec.cpp on a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/quant.h"
+#include "backend/cuda/q8_0_device.h"
+#include "core/half.h"
+
+using namespace dsv4;
+using gguf::TensorType;
+namespace q8 = dsv4::cuda::q8dev;
+
+namespace {
+
+std::mt19937& rng() {
+    static std::mt19937 g(20261204);
+    return g;
+}
+
+std::vector<uint8_t> gguf_rows(int64_t rows, int64_t cols) {
+    const size_t rb = cpu::row_bytes(TensorType::Q8_0, cols);
+    std::vector<uint8_t> b(rb * size_t(rows));
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        for (auto& v : row) v = nd(rng()) * (r % 7 == 0 ? 40.0f : 1.0f);  // block scales vary
+        cpu::quantize_row(TensorType::Q8_0, row.data(), cols, b.data() + size_t(r) * rb);
+    }
+    return b;
+}
+
+float device_elem(const uint8_t* row, int64_t i) {
+    uint16_t d;
+    std::memcpy(&d, row + q8::scale_offset(i / 32), 2);
+    return f16_to_f32(d) * float(int8_t(row[q8::quant_offset(i / 32) + i % 32]));
+}
+
+TEST(Q8_0Device, RowBytes) {
+    EXPECT_EQ(q8::row_bytes(32), 16u + 32u);
+    EXPECT_EQ(q8::row_bytes(64), 80u);
+    EXPECT_EQ(q8::row_bytes(96), 112u);
+    EXPECT_EQ(q8::row_bytes(256), 272u);             // GGUF's 8 x 34
+    EXPECT_EQ(q8::row_bytes(4096), 4096u / 32 * 34);  // whole chunks: GGUF's size
+    EXPECT_EQ(q8::row_bytes(288), 272u + 16 + 32);
+    for (int64_t cols = 32; cols <= 1024; cols += 32) {
+        EXPECT_EQ(q8::row_bytes(cols) % 16, 0u) << cols;
+        EXPECT_GE(q8::row_bytes(cols), size_t(cols / 32 * 34)) << cols;
+        for (int64_t b = 0; b < cols / 32; ++b) {
+            EXPECT_EQ(q8::quant_offset(b) % 16, 0u);
+            EXPECT_LE(q8::quant_offset(b) + 32, q8::row_bytes(cols));
+        }
+    }
+}
+
+TEST(Q8_0Device, ConversionKeepsEveryElement) {
+    for (int64_t cols : {32, 96, 256, 288, 1056}) {
+        const int64_t rows = 5;
+        const std::vector<uint8_t> src = gguf_rows(rows, cols);
+        std::vector<uint8_t> dst(q8::row_bytes(cols) * rows, 0xAB);
+        q8::from_gguf(src.data(), rows, cols, dst.data());
+        std::vector<float> ref(static_cast<size_t>(cols));
+        for (int64_t r = 0; r < rows; ++r) {
+            cpu::dequant_row(TensorType::Q8_0, src.data() + size_t(r) * cpu::row_bytes(TensorType::Q8_0, cols), cols,
+                             ref.data());
+            const uint8_t* row = dst.data() + size_t(r) * q8::row_bytes(cols);
+            for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(device_elem(row, i), ref[size_t(i)]) << cols << " " << r << " " << i;
+            // The unused scale slots of a last, short chunk are zero, not left over.
+            const int64_t nb = cols / 32;
+            for (int64_t b = nb; b % 8 != 0; ++b) EXPECT_EQ(row[q8::scale_offset(b)] | row[q8::scale_offset(b) + 1], 0);
+        }
+    }
+}
+
+TEST(Q8_0Device, LimbsAreSmallAndExact) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> ex(-60, 60);
+    for (int trial = 0; trial < 2000; ++trial) {
+        float x[32], m = 0.0f;
+        for (float& v : x) {
+            v = std::ldexp(u(rng()), ex(rng()) / (trial % 3 + 1));  // up to 2^120 of dynamic range in a block
+            m = std::max(m, std::fabs(v));
+        }
+        const float s = q8::x_block_scale(m);
+        ASSERT_GE(m / s, 32.0f);
+        ASSERT_LT(m / s, 64.0f);
+        for (float v : x) {
+            int8_t l[4];
+            q8::split_limbs(v / s, l);
+            double back = 0.0;
+            for (int k = 3; k >= 0; --k) {
+                ASSERT_LE(std::abs(int(l[k])), 64);
+                back = back / 128.0 + l[k];
+            }
+            ASSERT_LE(std::fabs(back * s - double(v)), std::ldexp(double(s), -22));
+        }
+    }
+    EXPECT_EQ(q8::x_block_scale(0.0f), 1.0f);
+    EXPECT_TRUE(std::isnan(q8::x_block_scale(std::numeric_limits<float>::infinity())));
+    EXPECT_TRUE(std::isnan(q8::x_block_scale(std::nanf(""))));
+    const float tiny = std::numeric_limits<float>::denorm_min();
+    EXPECT_EQ(q8::x_block_scale(tiny), std::ldexp(1.0f, -126));  // normal, and m / s < 64
+}
+
+// ---- the warp replay ----
+
+// mma.sync.m16n8k32.row.col.s32.s8.s8.s32, from the PTX ISA's fragment tables: A (16 x 32):
+// register r of lane (g, t) holds row g + 8 (r & 1), columns 4t + 16 (r >> 1) + byte; B (32 x 8):
+// register r holds rows 4t + 16 r + byte of column g; C/D (16 x 8): c[i] is row g + 8 (i >> 1),
+// column 2t + (i & 1).
+void mma_s8(int32_t (&c)[32][4], const uint32_t (&a)[32][4], const uint32_t (&b)[32][2]) {
+    int A[16][32], B[32][8];
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        for (int r = 0; r < 4; ++r)
+            for (int byte = 0; byte < 4; ++byte)
+                A[g + 8 * (r & 1)][4 * t + 16 * (r >> 1) + byte] = int8_t(uint8_t(a[lane][r] >> (8 * byte)));
+        for (int r = 0; r < 2; ++r)
+            for (int byte = 0; byte < 4; ++byte) B[4 * t + 16 * r + byte][g] = int8_t(uint8_t(b[lane][r] >> (8 * byte)));
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        for (int i = 0; i < 4; ++i) {
+            const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+            for (int k = 0; k < 32; ++k) c[lane][i] += A[row][k] * B[k][col];
+        }
+    }
+}
+
+uint32_t word_at(const uint8_t* p) {
+    uint32_t w;
+    std::memcpy(&w, p, 4);
+    return w;
+}
+
+// The kernel's pack of one token's x (cols values) into limbs and block scales.
+void pack_x(const float* x, int64_t cols, std::vector<uint8_t>& xl, std::vector<float>& xs) {
+    const int64_t nb = cols / 32, G = q8::groups(cols);
+    xl.assign(size_t(G) * q8::kGroupLimbBytes, 0);
+    xs.assign(size_t(G) * 4, 0.0f);
+    for (int64_t b = 0; b < nb; ++b) {
+        float m = 0.0f;
+        bool nan = false;
+        for (int i = 0; i < 32; ++i) {
+            m = std::fmax(m, std::fabs(x[32 * b + i]));
+            nan |= std::isnan(x[32 * b + i]);
+        }
+        const float s = nan ? NAN : q8::x_block_scale(m);
+        xs[size_t(b)] = s;
+        if (!(s <= 3.4028235e38f)) continue;
+        for (int i = 0; i < 32; ++i) {
+            int8_t l[4];
+            q8::split_limbs(x[32 * b + i] * (1.0f / s), l);
+            for (int limb = 0; limb < 4; ++limb)
+                xl[size_t(b / 4) * q8::kGroupLimbBytes + q8::limb_offset(limb, i, int(b % 4))] = uint8_t(l[limb]);
+        }
+    }
+}
+
+// y[rows] for one token, as the kernel computes it with WC warps per 16-row tile.
+std::vector<float> replay(const std::vector<uint8_t>& w, int64_t rows, int64_t cols, const float* x, int WC) {
+    std::vector<uint8_t> xl;
+    std::vector<float> xs;
+    pack_x(x, cols, xl, xs);
+    const size_t rb = q8::row_bytes(cols);
+    const int nb = int(cols / 32), G = int(q8::groups(cols));
+    std::vector<float> y(static_cast<size_t>(rows));
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+        std::vector<float> part(size_t(WC) * 16);
+        for (int wc = 0; wc < WC; ++wc) {
+            int ga, gb;
+            q8::group_range(G, wc, WC, ga, gb);
+            float acc[32][2] = {};
+            for (int gi = ga; gi < gb; ++gi) {
+                uint32_t a[4][32][4], bA[4][32][2], bB[4][32][2];
+                float dg[32], dh[32], s[32];
+                for (int lane = 0; lane < 32; ++lane) {
+                    const int g = lane / 4, t = lane % 4, blk = 4 * gi + t;
+                    uint32_t W[8] = {}, U[8] = {};
+                    dg[lane] = dh[lane] = 0.0f;
+                    for (int half = 0; half < 2; ++half) {
+                        const int64_t row = r0 + g + 8 * half;
+                        if (row >= rows || blk >= nb) continue;
+                        const uint8_t* p = w.data() + size_t(row) * rb;
+                        uint32_t* dst = half ? U : W;
+                        for (int k = 0; k < 8; ++k) dst[k] = word_at(p + q8::quant_offset(blk) + 4 * k);
+                        uint16_t d;
+                        std::memcpy(&d, p + q8::scale_offset(blk), 2);
+                        (half ? dh : dg)[lane] = f16_to_f32(d);
+                    }
+                    uint32_t hA[2][4] = {}, hB[2][4] = {};
+                    if (q8::b_active(g, t))
+                        for (int h = 0; h < 2; ++h)
+                            for (int k = 0; k < 4; ++k) {
+                                const uint8_t* base = xl.data() + size_t(gi) * q8::kGroupLimbBytes;
+                                hA[h][k] = word_at(base + q8::b_offset(g, 0, h) + 4 * k);
+                                hB[h][k] = word_at(base + q8::b_offset(g, 1, h) + 4 * k);
+                            }
+                    s[lane] = xs[size_t(gi) * 4 + t];
+                    for (int m = 0; m < 4; ++m) {
+                        const q8::AFrag f = q8::a_frag(W, U, m);
+                        a[m][lane][0] = f.a0, a[m][lane][1] = f.a1, a[m][lane][2] = f.a2, a[m][lane][3] = f.a3;
+                        q8::b_frag(hA, m, bA[m][lane][0], bA[m][lane][1]);
+                        q8::b_frag(hB, m, bB[m][lane][0], bB[m][lane][1]);
+                    }
+                }
+                int32_t cA[32][4] = {}, cB[32][4] = {};
+                for (int m = 0; m < 4; ++m) {
+                    mma_s8(cA, a[m], bA[m]);
+                    mma_s8(cB, a[m], bB[m]);
+                }
+                for (int lane = 0; lane < 32; ++lane) {
+                    acc[lane][0] = std::fma(q8::combine_limbs(cA[lane][0], cA[lane][1], cB[lane][0], cB[lane][1]),
+                                            dg[lane] * s[lane], acc[lane][0]);
+                    acc[lane][1] = std::fma(q8::combine_limbs(cA[lane][2], cA[lane][3], cB[lane][2], cB[lane][3]),
+                                            dh[lane] * s[lane], acc[lane][1]);
+                }
+            }
+            // __shfl_xor 1 then 2: lane quad (0, 1, 2, 3) -> (0 + 1) + (2 + 3).
+            for (int g = 0; g < 8; ++g)
+                for (int r = 0; r < 2; ++r) {
+                    const float v = (acc[4 * g][r] + acc[4 * g + 1][r]) + (acc[4 * g + 2][r] + acc[4 * g + 3][r]);
+                    part[size_t(wc) * 16 + g + 8 * r] = v;
+                }
+        }
+        for (int rr = 0; rr < 16 && r0 + rr < rows; ++rr) {
+            float v = 0.0f;
+            for (int wc = 0; wc < WC; ++wc) v += part[size_t(wc) * 16 + rr];
+            y[size_t(r0 + rr)] = v;
+        }
+    }
+    return y;
+}
+
+void check_replay(int64_t rows, int64_t cols, int WC, float x_spread) {
+    const std::vector<uint8_t> src = gguf_rows(rows, cols);
+    std::vector<uint8_t> dev(q8::row_bytes(cols) * size_t(rows));
+    q8::from_gguf(src.data(), rows, cols, dev.data());
+    std::vector<float> x(static_cast<size_t>(cols));
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_int_distribution<int> ex(-int(x_spread), int(x_spread));
+    for (auto& v : x) v = std::ldexp(nd(rng()), ex(rng()));
+    const std::vector<float> y = replay(dev, rows, cols, x.data(), WC);
+
+    Mat m;
+    m.type = TensorType::Q8_0;
+    m.rows = rows;
+    m.cols = cols;
+    m.row_bytes = cpu::row_bytes(TensorType::Q8_0, cols);
+    m.data = src.data();
+    std::vector<float> ref(static_cast<size_t>(rows));
+    cpu::matmul(x.data(), 1, m, ref.data());
+    std::vector<float> wrow(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        cpu::dequant_row(TensorType::Q8_0, src.data() + size_t(r) * m.row_bytes, cols, wrow.data());
+        double absdot = 0.0, exact = 0.0;
+        for (int64_t k = 0; k < cols; ++k) {
+            absdot += std::fabs(double(wrow[size_t(k)]) * x[size_t(k)]);
+            exact += double(wrow[size_t(k)]) * x[size_t(k)];
+        }
+        // float32-grade: within 1e-6 of sum |x| |w| of the CPU, and closer still to the exact sum.
+        ASSERT_LE(std::fabs(double(y[size_t(r)]) - ref[size_t(r)]), 1e-6 * absdot + 1e-30)
+            << "[" << rows << ", " << cols << "] WC " << WC << " row " << r;
+        ASSERT_LE(std::fabs(double(y[size_t(r)]) - exact), 4e-7 * absdot + 1e-30) << "row " << r;
+    }
+}
+
+TEST(Q8_0Device, WarpReplayMatchesCpu) {
+    // Partial tiles (rows % 16), partial groups (cols % 128: 1, 3, 5 blocks left), one block,
+    // model widths, and every split of a tile's groups over its warps.
+    const std::pair<int64_t, int64_t> shapes[] = {{1, 32}, {7, 96}, {33, 160}, {20, 544}, {16, 1056}, {40, 4096}};
+    for (auto [rows, cols] : shapes)
+        for (int WC : {1, 2, 4, 8})
+            if (WC <= q8::groups(cols)) check_replay(rows, cols, WC, 4.0f);
+    check_replay(24, 2048, 4, 30.0f);  // inputs spread over 2^60 within blocks
+}
+
+TEST(Q8_0Device, WarpReplayPropagatesNaN) {
+    const int64_t rows = 16, cols = 256;
+    const std::vector<uint8_t> src = gguf_rows(rows, cols);
+    std::vector<uint8_t> dev(q8::row_bytes(cols) * size_t(rows));
+    q8::from_gguf(src.data(), rows, cols, dev.data());
+    std::vector<float> x(size_t(cols), 0.5f);
+    x[200] = std::nanf("");
+    for (float v : replay(dev, rows, cols, x.data(), 2)) EXPECT_TRUE(std::isnan(v));
+    std::fill(x.begin(), x.end(), 0.0f);
+    for (float v : replay(dev, rows, cols, x.data(), 1)) EXPECT_EQ(v, 0.0f);
+}
+
+}  // namespace
