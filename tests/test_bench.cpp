@@ -84,6 +84,20 @@ TEST(Bench, ReceiptNamesTheCommit) {
               "dsv4 --a 'band=4 frontier=1'");
 }
 
+TEST(Bench, ReceiptNamesTheSwitchesThatAreSet) {
+    unsetenv("DSV4_CUDA_PRECAPTURE");
+    unsetenv("DSV4_CUDA_GRAPHS");
+    const bool threads_set = std::getenv("DSV4_THREADS") != nullptr;
+    nlohmann::json h = receipt_header(DSV4_SOURCE_DIR, "dsv4 bench");
+    EXPECT_EQ(h.contains("switches"), threads_set || std::getenv("DSV4_GEMM_PATH"));
+    setenv("DSV4_CUDA_PRECAPTURE", "0", 1);
+    h = receipt_header(DSV4_SOURCE_DIR, "dsv4 bench");
+    unsetenv("DSV4_CUDA_PRECAPTURE");
+    ASSERT_TRUE(h.contains("switches"));
+    EXPECT_EQ(h["switches"]["DSV4_CUDA_PRECAPTURE"], "0");
+    EXPECT_FALSE(h["switches"].contains("DSV4_CUDA_GRAPHS"));
+}
+
 TEST(Bench, PromptsHaveTheAskedLengthAndAreDeterministic) {
     std::vector<int32_t> r1 = bench_prompt(384, nullptr, "", 100, 3), r2 = bench_prompt(384, nullptr, "", 100, 3);
     EXPECT_EQ(r1.size(), 100u);

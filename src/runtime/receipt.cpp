@@ -135,7 +135,19 @@ nlohmann::json receipt_header(const std::string& source_dir, const std::string& 
     std::tm tm{};
     ::gmtime_r(&now, &tm);
     std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return {{"commit", git_commit(source_dir)}, {"command", command}, {"device", device_json()}, {"time_utc", when}};
+    nlohmann::json h = {{"commit", git_commit(source_dir)}, {"command", command}, {"device", device_json()},
+                        {"time_utc", when}};
+    if (nlohmann::json sw = switches_json(); !sw.empty()) h["switches"] = sw;
+    return h;
+}
+
+nlohmann::json switches_json() {
+    // The environment switches that change which kernels or threads run (docs/TOOLS.md); a
+    // receipt names those that are set, since its command line does not show them.
+    nlohmann::json j = nlohmann::json::object();
+    for (const char* name : {"DSV4_CUDA_GRAPHS", "DSV4_CUDA_PRECAPTURE", "DSV4_GEMM_PATH", "DSV4_THREADS"})
+        if (const char* v = std::getenv(name)) j[name] = v;
+    return j;
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& j) {

@@ -25,8 +25,11 @@ std::string command_line(int argc, const char* const* argv);
 // argv), "" where that is unreadable.
 std::string own_command_line();
 
-// The fields every receipt starts with: commit, command, device, and a UTC timestamp.
+// The fields every receipt starts with: commit, command, device, a UTC timestamp, and
+// "switches" (switches_json()) when any is set.
 nlohmann::json receipt_header(const std::string& source_dir, const std::string& command);
+// The DSV4_* environment switches that are set and change what runs, name -> value.
+nlohmann::json switches_json();
 
 // Writes j (indented) to path, or to stdout when path is "-". Throws dsv4::Error on failure.
 void write_json_file(const std::string& path, const nlohmann::json& j);

@@ -214,6 +214,63 @@ TEST(CudaGraphs, DecodeEqualsPlainLaunchesBitwise) {
     }
 }
 
+// A decode step is captured while the one before it runs, for the same state at the next
+// position (docs/CUDA.md, "Decode graphs"). Whenever the next forward is another step (another
+// state, a state copy, a rewound state, no logits, more tokens) the captured one must be dropped
+// or still be right: bitwise the plain launches' logits through all of these.
+TEST(CudaGraphs, StepsCapturedAheadFollowEveryChange) {
+    REQUIRE_DEVICE();
+    test::TempDir tmp;
+    const std::string path = test::convert_fixture("mini_flash", tmp.path());
+    Model graphed(path, "cuda");
+    setenv("DSV4_CUDA_GRAPHS", "0", 1);
+    Model plain(path, "cuda");
+    unsetenv("DSV4_CUDA_GRAPHS");
+    const auto tokens = test::fixture_tokens("mini_flash");
+    ASSERT_GE(tokens.size(), size_t(48));
+    auto script = [&](const Model& m) {
+        const int64_t V = m.config().vocab;
+        std::vector<float> out, lg(size_t(2 * V));
+        ForwardOptions last;
+        last.logits = Logits::Last;
+        State a(m.config()), b(m.config());
+        int64_t ia = 0, ib = 0;
+        auto step = [&](State& s, int64_t& i, int64_t n, bool logits = true) {
+            m.forward(&tokens[size_t(i)], n, s, logits ? lg.data() : nullptr);
+            if (logits) out.insert(out.end(), lg.begin(), lg.begin() + n * V);
+            i += n;
+        };
+        m.forward(tokens.data(), 8, a, lg.data(), last);
+        ia = 8;
+        for (int k = 0; k < 6; ++k) step(a, ia, 1);  // a run of decode steps
+        for (int k = 0; k < 4; ++k) {                 // two states alternating
+            step(b, ib, 1);
+            step(a, ia, 1);
+        }
+        StateMark mk = a.mark();  // a rewind to the point the next step was captured for
+        const int64_t at = ia;
+        step(a, ia, 1);
+        step(a, ia, 1);
+        a.rewind(mk);
+        ia = at;
+        for (int k = 0; k < 4; ++k) step(a, ia, 1);
+        step(a, ia, 1, false);  // a step without logits, then one with
+        step(a, ia, 1);
+        step(a, ia, 2);  // a verification-sized step
+        for (int k = 0; k < 3; ++k) step(a, ia, 1);
+        State c = a;  // a copy and its original alternating
+        int64_t ic = ia;
+        for (int k = 0; k < 3; ++k) {
+            step(c, ic, 1);
+            step(a, ia, 1);
+        }
+        return out;
+    };
+    const std::vector<float> want = script(plain), got = script(graphed);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_TRUE(got == want);
+}
+
 std::string embedded_model() { return (test::source_dir() / "models" / "dsv4-tiny.gguf").string(); }
 
 // The embedded model (Q8_0 weights: the tensor-core matvec and the tiled GEMM both dequantise

@@ -73,6 +73,8 @@ CudaBackend::CudaBackend(const ModelConfig& c, DeviceModelWeights w, const Shard
     : cfg_(c), mtp_cfg_(mtp_block_config(c)), w_(std::move(w)), device_(device_name()) {
     const char* g = std::getenv("DSV4_CUDA_GRAPHS");
     graphs_ = !(g && std::string(g) == "0");
+    const char* pc = std::getenv("DSV4_CUDA_PRECAPTURE");
+    precapture_ = !(pc && std::string(pc) == "0");
     if (shard) {
         if (!shard->comm || shard->comm->size() != shard->plan.ranks || shard->comm->rank() != shard->plan.rank)
             fail("CUDA shard: the plan (rank ", shard->plan.rank, " of ", shard->plan.ranks,
@@ -94,6 +96,7 @@ CudaBackend::~CudaBackend() {
     for (auto& [key, exec] : execs_)
         if (exec) cudaGraphExecDestroy(exec);
     if (pinned_tokens_) cudaFreeHost(pinned_tokens_);
+    if (graph_done_) cudaEventDestroy(graph_done_);
 }
 
 void* CudaBackend::bytes(const char* slot, size_t n) const {
@@ -447,37 +450,34 @@ void CudaBackend::forward(const int32_t* tokens, int64_t T, State& st, float* lo
     // also sizes the scratch and the kernels' one-time setup.
     const bool graph = graphs_ && T <= kMaxMatvecTokens && warm_sizes_.count(T);
     if (graph) {
-        for (DeviceLayerState& l : ds.layers)  // no reallocation of state rows inside the capture
-            for (DeviceCompressorState* cs : {&l.comp, &l.idx})
-                if (cs->active()) cs->reserve_rows(cs->n_rows + T / cs->ratio + 1);
-        i("tokens", T);
-        if (!pinned_tokens_) DSV4_CUDA_CHECK(cudaMallocHost(&pinned_tokens_, kMaxMatvecTokens * sizeof(int32_t)));
+        if (!pinned_tokens_) {
+            DSV4_CUDA_CHECK(cudaMallocHost(&pinned_tokens_, kMaxMatvecTokens * sizeof(int32_t)));
+            DSV4_CUDA_CHECK(cudaEventCreateWithFlags(&graph_done_, cudaEventDisableTiming));
+        }
+        // A graph's token copy reads pinned_tokens_ when it runs: the last one must be done.
+        DSV4_CUDA_CHECK(cudaEventSynchronize(graph_done_));
         std::copy(tokens, tokens + T, pinned_tokens_);
-        const std::vector<HostCounters> before = counters(ds);
-        try {
-            topology_.clear();
-            DSV4_CUDA_CHECK(cudaStreamBeginCapture(S, cudaStreamCaptureModeRelaxed));
-            capturing_ = true;
-            launch_forward(pinned_tokens_, T, st.pos, ds, opt, want_logits, first);
-            capturing_ = false;
-            cudaGraph_t g = nullptr;
-            DSV4_CUDA_CHECK(cudaStreamEndCapture(S, &g));
-            launch_graph(g, cat(T, ":", want_logits ? first : -1, ":", topology_));
-        } catch (const std::exception&) {
-            if (capturing_) {  // leave the capture, drop its graph, and run the step plainly
-                capturing_ = false;
-                cudaGraph_t g = nullptr;
-                cudaStreamEndCapture(S, &g);
-                if (g) cudaGraphDestroy(g);
-                cudaGetLastError();
+        if (take_precaptured(T, st.pos, ds, opt, want_logits, first)) {
+            launch_exec(pre_.key);
+            pre_.ready = false;
+        } else {
+            const std::vector<HostCounters> before = counters(ds);
+            try {
+                launch_exec(capture_step(pinned_tokens_, T, st.pos, ds, opt, want_logits, first, ""));
+            } catch (const std::exception&) {  // the capture is undone: run the step plainly
+                restore(ds, before);
+                launch_forward(tokens, T, st.pos, ds, opt, want_logits, first);
             }
-            restore(ds, before);
-            launch_forward(tokens, T, st.pos, ds, opt, want_logits, first);
         }
     } else {
         launch_forward(tokens, T, st.pos, ds, opt, want_logits, first);
         if (T <= kMaxMatvecTokens) warm_sizes_.insert(T);
     }
+    // While this step runs, capture the next one if this is a run of plain decode steps.
+    const bool decoding = T == 1 && last_state_ == ds.serial() && last_pos_ == st.pos;
+    last_state_ = T == 1 ? ds.serial() : 0;
+    last_pos_ = T == 1 ? st.pos + 1 : -1;
+    if (graph && decoding && want_logits && precapture_) precapture_next(st.pos + 1, ds, opt, first);
     st.pos += T;
     if (opt.hidden && opt.hidden_from < T)
         scratch_["X"].download(opt.hidden, size_t((T - opt.hidden_from) * nD) * sizeof(float),
@@ -525,9 +525,10 @@ void CudaBackend::restore(CudaState& ds, const std::vector<HostCounters>& v) {
     }
 }
 
-void CudaBackend::launch_graph(cudaGraph_t g, const std::string& key) const {
+void CudaBackend::update_exec(cudaGraph_t g, const std::string& key) const {
     // One executable graph per topology (which optional copies and window closes the step has):
     // a step of a known topology only updates the kernels' arguments.
+    DSV4_TRACE("cuda.graph_update");
     cudaGraphExec_t& exec = execs_[key];
     if (exec) {
         cudaGraphExecUpdateResultInfo info;
@@ -537,9 +538,103 @@ void CudaBackend::launch_graph(cudaGraph_t g, const std::string& key) const {
             exec = nullptr;
         }
     }
-    if (!exec) DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    const cudaError_t made = exec ? cudaSuccess : cudaGraphInstantiate(&exec, g, 0);
     cudaGraphDestroy(g);
-    DSV4_CUDA_CHECK(cudaGraphLaunch(exec, forward_stream()));
+    DSV4_CUDA_CHECK(made);
+}
+
+void CudaBackend::launch_exec(const std::string& key) const {
+    DSV4_TRACE("cuda.graph_launch");
+    DSV4_CUDA_CHECK(cudaGraphLaunch(execs_.at(key), forward_stream()));
+    DSV4_CUDA_CHECK(cudaEventRecord(graph_done_, forward_stream()));
+}
+
+std::string CudaBackend::capture_step(const int32_t* tokens, int64_t T, int64_t pos, CudaState& ds,
+                                      const ForwardOptions& opt, bool want_logits, int64_t first,
+                                      const std::string& key_suffix) const {
+    const Stream S = forward_stream();
+    for (DeviceLayerState& l : ds.layers)  // no reallocation of state rows inside the capture
+        for (DeviceCompressorState* cs : {&l.comp, &l.idx})
+            if (cs->active()) cs->reserve_rows(cs->n_rows + T / cs->ratio + 1);
+    i("tokens", T);
+    cudaGraph_t g = nullptr;
+    try {
+        DSV4_TRACE("cuda.capture");
+        topology_.clear();
+        DSV4_CUDA_CHECK(cudaStreamBeginCapture(S, cudaStreamCaptureModeRelaxed));
+        capturing_ = true;
+        launch_forward(tokens, T, pos, ds, opt, want_logits, first);
+        capturing_ = false;
+        DSV4_CUDA_CHECK(cudaStreamEndCapture(S, &g));
+    } catch (const std::exception&) {
+        if (capturing_) {  // leave the capture and drop its graph
+            capturing_ = false;
+            cudaStreamEndCapture(S, &g);
+            if (g) cudaGraphDestroy(g);
+            cudaGetLastError();
+        }
+        throw;
+    }
+    std::string key = cat(T, ":", want_logits ? first : -1, ":", topology_, key_suffix);
+    update_exec(g, key);
+    return key;
+}
+
+size_t CudaBackend::buffers_fingerprint(const CudaState& ds) const {
+    // Every device address a captured step may hold: the state's buffers, the scratch, the GEMM
+    // workspace. Equal fingerprints (with equal counters) mean the captured arguments still hold.
+    size_t h = 1469598103934665603ull;
+    auto mix = [&h](const void* p, size_t n) {
+        h = (h ^ reinterpret_cast<uintptr_t>(p)) * 1099511628211ull;
+        h = (h ^ n) * 1099511628211ull;
+    };
+    for (const DeviceLayerState& l : ds.layers) {
+        mix(l.window.get(), l.window.size());
+        for (const DeviceCompressorState* cs : {&l.comp, &l.idx})
+            for (const DeviceBuffer* b : {&cs->rows, &cs->buf_kv, &cs->buf_gate, &cs->prev_kv, &cs->prev_gate})
+                mix(b->get(), b->size());
+    }
+    for (const auto& [slot, b] : scratch_) mix(b.get(), b.size());
+    mix(ws_.data(), 0);
+    return h;
+}
+
+void CudaBackend::precapture_next(int64_t pos, CudaState& ds, const ForwardOptions& opt, int64_t first) const {
+    DSV4_TRACE("cuda.precapture");
+    pre_.ready = false;
+    const std::vector<HostCounters> before = counters(ds);
+    try {
+        // The running step may still use the graph it was launched from: alternate two.
+        pre_parity_ = !pre_parity_;
+        pre_.key = capture_step(pinned_tokens_, 1, pos, ds, opt, true, first, pre_parity_ ? "#1" : "#0");
+    } catch (const std::exception&) {  // nothing is captured ahead; the next step captures itself
+        restore(ds, before);
+        return;
+    }
+    pre_.after = counters(ds);
+    restore(ds, before);
+    pre_.before = before;
+    pre_.state = ds.serial();
+    pre_.pos = pos;
+    pre_.band = opt.band;
+    pre_.first = first;
+    pre_.want_logits = true;
+    pre_.buffers = buffers_fingerprint(ds);
+    pre_.ready = true;
+}
+
+bool CudaBackend::take_precaptured(int64_t T, int64_t pos, CudaState& ds, const ForwardOptions& opt,
+                                   bool want_logits, int64_t first) const {
+    if (!pre_.ready) return false;
+    const bool same = T == 1 && ds.serial() == pre_.state && pos == pre_.pos && opt.band == pre_.band &&
+                      want_logits == pre_.want_logits && first == pre_.first && counters(ds) == pre_.before &&
+                      buffers_fingerprint(ds) == pre_.buffers;
+    if (!same) {
+        pre_.ready = false;
+        return false;
+    }
+    restore(ds, pre_.after);  // the counters as the captured step leaves them
+    return true;
 }
 
 void CudaBackend::mtp_forward(const float* hidden, const int32_t* next, int64_t T, State& st, float* logits,

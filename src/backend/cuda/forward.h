@@ -62,10 +62,24 @@ private:
         int64_t idx_rows;
         int idx_buf;
         bool idx_prev;
+        bool operator==(const HostCounters&) const = default;
     };
     static std::vector<HostCounters> counters(const CudaState& ds);
     static void restore(CudaState& ds, const std::vector<HostCounters>& v);
-    void launch_graph(cudaGraph_t g, const std::string& key) const;
+    // Updates (or instantiates) the executable graph kept under key from g, which it destroys.
+    void update_exec(cudaGraph_t g, const std::string& key) const;
+    // Launches the executable graph kept under key and records graph_done_ after it.
+    void launch_exec(const std::string& key) const;
+    // Captures one step of T tokens at st.pos into an executable graph (the state's counters
+    // then stand after that step); returns its execs_ key. key_suffix keeps precaptured steps'
+    // graphs apart from the one that may still be running.
+    std::string capture_step(const int32_t* tokens, int64_t T, int64_t pos, CudaState& ds, const ForwardOptions& opt,
+                             bool want_logits, int64_t first, const std::string& key_suffix) const;
+    // Decode steps captured ahead: see "Decode graphs" in docs/CUDA.md.
+    size_t buffers_fingerprint(const CudaState& ds) const;
+    void precapture_next(int64_t pos, CudaState& ds, const ForwardOptions& opt, int64_t first) const;
+    bool take_precaptured(int64_t T, int64_t pos, CudaState& ds, const ForwardOptions& opt, bool want_logits,
+                          int64_t first) const;
     void run_layer(const ModelConfig& c, int l, const DeviceLayer& L, MlpType mlp, const int32_t* tokens, int64_t T,
                    int64_t pos0, int64_t band, DeviceLayerState& st, float* X) const;
     void attention(const ModelConfig& c, int l, const DeviceLayer& L, const float* a, int64_t T, int64_t pos0,
@@ -98,6 +112,25 @@ private:
     mutable std::map<std::string, cudaGraphExec_t> execs_;
     mutable std::vector<DeviceBuffer> graveyard_;        // scratch replaced during a capture
     mutable int32_t* pinned_tokens_ = nullptr;          // host staging of a captured step's token ids
+    mutable cudaEvent_t graph_done_ = nullptr;          // recorded after the last graph launched
+    // The next decode step, captured while the current one runs (DSV4_CUDA_PRECAPTURE=0 turns
+    // it off): one token of the same state at the next position with the same options. It is
+    // launched only when the next forward is exactly that step and nothing it captured (state
+    // counters, state and scratch buffers) has changed since.
+    bool precapture_ = true;
+    struct Precaptured {
+        bool ready = false;
+        uint64_t state = 0;  // CudaState::serial()
+        int64_t pos = 0, band = 0, first = 0;
+        bool want_logits = false;
+        std::vector<HostCounters> before, after;  // the state's counters before and after the step
+        size_t buffers = 0;                       // buffers_fingerprint() when captured
+        std::string key;                          // its graph in execs_
+    };
+    mutable Precaptured pre_;
+    mutable bool pre_parity_ = false;  // alternates the precaptured graphs: one may still run
+    mutable uint64_t last_state_ = 0;  // the state and end position of the last one-token step,
+    mutable int64_t last_pos_ = -1;    // to precapture only in a run of plain decode steps
 };
 
 }  // namespace dsv4::cuda

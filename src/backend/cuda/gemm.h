@@ -46,6 +46,7 @@ bool gemm_tensor_supported(const DeviceMat& w);
 class GemmWorkspace {
 public:
     void* get(size_t bytes);  // at least `bytes`, 256-byte aligned; reallocates (synchronising) when too small
+    const void* data() const { return buf_.get(); }  // the current buffer (changes when get() reallocates)
 private:
     DeviceBuffer buf_;
 };
