@@ -247,7 +247,7 @@ TEST(CudaGraphs, StepsCapturedAheadFollowEveryChange) {
             step(b, ib, 1);
             step(a, ia, 1);
         }
-        StateMark mk = a.mark();  // a rewind to the point the next step was captured for
+        StateMark mk = a.mark();  // a rewind behind the step captured ahead
         const int64_t at = ia;
         step(a, ia, 1);
         step(a, ia, 1);

@@ -459,7 +459,6 @@ void CudaBackend::forward(const int32_t* tokens, int64_t T, State& st, float* lo
         std::copy(tokens, tokens + T, pinned_tokens_);
         if (take_precaptured(T, st.pos, ds, opt, want_logits, first)) {
             launch_exec(pre_.key);
-            pre_.ready = false;
         } else {
             const std::vector<HostCounters> before = counters(ds);
             try {
@@ -601,7 +600,6 @@ size_t CudaBackend::buffers_fingerprint(const CudaState& ds) const {
 
 void CudaBackend::precapture_next(int64_t pos, CudaState& ds, const ForwardOptions& opt, int64_t first) const {
     DSV4_TRACE("cuda.precapture");
-    pre_.ready = false;
     const std::vector<HostCounters> before = counters(ds);
     try {
         // The running step may still use the graph it was launched from: alternate two.
@@ -618,7 +616,6 @@ void CudaBackend::precapture_next(int64_t pos, CudaState& ds, const ForwardOptio
     pre_.pos = pos;
     pre_.band = opt.band;
     pre_.first = first;
-    pre_.want_logits = true;
     pre_.buffers = buffers_fingerprint(ds);
     pre_.ready = true;
 }
@@ -626,13 +623,12 @@ void CudaBackend::precapture_next(int64_t pos, CudaState& ds, const ForwardOptio
 bool CudaBackend::take_precaptured(int64_t T, int64_t pos, CudaState& ds, const ForwardOptions& opt,
                                    bool want_logits, int64_t first) const {
     if (!pre_.ready) return false;
-    const bool same = T == 1 && ds.serial() == pre_.state && pos == pre_.pos && opt.band == pre_.band &&
-                      want_logits == pre_.want_logits && first == pre_.first && counters(ds) == pre_.before &&
+    pre_.ready = false;  // taken now or never: a captured step serves one forward at most
+    // Captured steps always produce logits (precapture_next runs only after a step with logits).
+    const bool same = T == 1 && want_logits && ds.serial() == pre_.state && pos == pre_.pos &&
+                      opt.band == pre_.band && first == pre_.first && counters(ds) == pre_.before &&
                       buffers_fingerprint(ds) == pre_.buffers;
-    if (!same) {
-        pre_.ready = false;
-        return false;
-    }
+    if (!same) return false;
     restore(ds, pre_.after);  // the counters as the captured step leaves them
     return true;
 }

@@ -70,7 +70,7 @@ private:
     void update_exec(cudaGraph_t g, const std::string& key) const;
     // Launches the executable graph kept under key and records graph_done_ after it.
     void launch_exec(const std::string& key) const;
-    // Captures one step of T tokens at st.pos into an executable graph (the state's counters
+    // Captures one step of T tokens at pos into an executable graph (the state's counters
     // then stand after that step); returns its execs_ key. key_suffix keeps precaptured steps'
     // graphs apart from the one that may still be running.
     std::string capture_step(const int32_t* tokens, int64_t T, int64_t pos, CudaState& ds, const ForwardOptions& opt,
@@ -121,8 +121,7 @@ private:
     struct Precaptured {
         bool ready = false;
         uint64_t state = 0;  // CudaState::serial()
-        int64_t pos = 0, band = 0, first = 0;
-        bool want_logits = false;
+        int64_t pos = 0, band = 0, first = 0;  // the step's position and options (it has logits)
         std::vector<HostCounters> before, after;  // the state's counters before and after the step
         size_t buffers = 0;                       // buffers_fingerprint() when captured
         std::string key;                          // its graph in execs_
