@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 
 #include "core/error.h"
 #include "runtime/sampler.h"
@@ -161,6 +162,35 @@ TEST(Sampler, GreedyIsArgmaxTiesToLowestId) {
         one_hot[size_t(argmax(l))] = 1;
         expect_distribution(dist(params(0), l), one_hot);
     }
+}
+
+TEST(Sampler, GreedyFastPathAgreesWithThePenalisedPath) {
+    // Greedy with no penalty takes a one-pass path; a penalty over an empty history takes the
+    // copying one (penalise + argmax). Both must give the same id, ties and -inf included.
+    SamplingParams slow_p = params(0);
+    slow_p.repeat_penalty = 1.3f;
+    Sampler fast(params(0)), slow(slow_p);
+    const float inf = std::numeric_limits<float>::infinity();
+    for (uint32_t seed = 0; seed < 40; ++seed) {
+        std::vector<float> l = randn(777, seed, 3);
+        if (seed % 4 == 1) l[600] = l[3] = l[size_t(argmax(l))];  // a tie at the top
+        if (seed % 4 == 2) l.assign(l.size(), -inf);
+        if (seed % 4 == 3) l[0] = inf;
+        EXPECT_EQ(fast.sample(l.data(), int(l.size()), {}), slow.sample(l.data(), int(l.size()), {})) << seed;
+    }
+}
+
+TEST(Sampler, GreedyNaNLogitFailsNamingIt) {
+    Sampler s(params(0));
+    std::vector<float> l(100, 0.5f);
+    l[42] = std::nanf("");
+    try {
+        s.sample(l.data(), 100, {});
+        FAIL() << "a NaN logit was sampled";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("logit 42 is NaN"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(s.sample(l.data(), 0, {}), Error);
 }
 
 TEST(Sampler, TopK1IsGreedyAtAnyTemperature) {

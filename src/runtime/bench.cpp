@@ -65,7 +65,11 @@ BenchRun bench_once(const Model& model, const PrefillOptions& prefill, const std
     {
         DSV4_TRACE_ARG("bench.decode", gen_tokens - 1);
         for (int64_t i = 0; i < gen_tokens; ++i) {
-            int32_t id = greedy.sample(logits.data(), c.vocab, history);
+            int32_t id;
+            {
+                DSV4_TRACE("sample");
+                id = greedy.sample(logits.data(), c.vocab, history);
+            }
             r.tokens.push_back(id);
             if (i + 1 == gen_tokens) break;
             s.decode(&id, 1, logits.data());

@@ -73,6 +73,34 @@ void Sampler::penalise(const float* logits, int vocab, const std::vector<int32_t
     }
 }
 
+int32_t Sampler::greedy(const float* logits, int vocab) const {
+    // Greedy without a penalty, every decode step's case: no copy of the logits, and loops the
+    // compiler vectorises (kLanes running maxima, NaN flagged rather than branched on; a scalar
+    // loop with the checks costs ~0.5 ms for a 129,280-token vocabulary, a step of a small model).
+    // The same id as penalise() + argmax(): the first of equal maxima, a NaN anywhere an error.
+    if (vocab <= 0) fail("sampler: vocab must be positive (got ", vocab, ")");
+    constexpr int kLanes = 8;
+    float lane_max[kLanes];
+    std::fill(lane_max, lane_max + kLanes, -std::numeric_limits<float>::infinity());
+    bool nan = false;
+    int i = 0;
+    for (; i + kLanes <= vocab; i += kLanes)
+        for (int k = 0; k < kLanes; ++k) {
+            const float v = logits[i + k];
+            nan |= v != v;
+            lane_max[k] = v > lane_max[k] ? v : lane_max[k];
+        }
+    float max = *std::max_element(lane_max, lane_max + kLanes);
+    for (; i < vocab; ++i) {
+        nan |= logits[i] != logits[i];
+        max = logits[i] > max ? logits[i] : max;
+    }
+    if (nan)
+        for (int j = 0; j < vocab; ++j)
+            if (std::isnan(logits[j])) fail("sampler: logit ", j, " is NaN");
+    return int32_t(std::find(logits, logits + vocab, max) - logits);
+}
+
 int32_t Sampler::argmax() const {
     // max_element returns the first of equal maxima: ties go to the lowest id.
     return int32_t(std::max_element(logits_.begin(), logits_.end()) - logits_.begin());
@@ -150,6 +178,8 @@ double Sampler::filter() {
 }
 
 int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_t>& history) {
+    if (params_.temperature == 0.0f && (params_.repeat_penalty == 1.0f || params_.repeat_last_n == 0))
+        return greedy(logits, vocab);
     penalise(logits, vocab, history);
     if (params_.temperature == 0.0f) return argmax();
     const double total = filter();

@@ -68,6 +68,8 @@ private:
     // weights; returns the weights' sum (the renormaliser).
     double filter();
     int32_t argmax() const;
+    // Temperature 0 without a penalty: argmax straight from the caller's logits.
+    int32_t greedy(const float* logits, int vocab) const;
 
     SamplingParams params_;
     std::mt19937_64 rng_;
