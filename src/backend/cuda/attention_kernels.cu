@@ -57,6 +57,7 @@ __device__ __forceinline__ void cp_async_wait() {
 
 __global__ void rope_kernel(float* v, int64_t rows, int width, int64_t row_stride, int per_pos, int64_t pos0,
                             const float* __restrict__ inv_freq, int half, bool inverse) {
+    grid_begin();
     const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= rows * half) return;
     const int64_t r = idx / half;
@@ -76,6 +77,7 @@ __global__ void rope_kernel(float* v, int64_t rows, int width, int64_t row_strid
 constexpr int kCompressThreads = 256;
 
 __global__ void __launch_bounds__(kCompressThreads) compress_kernel(const CompressArgs a) {
+    grid_begin();
     extern __shared__ float row[];  // [width]: the pooled, then normed row
     __shared__ double red[kCompressThreads / 32];
     __shared__ float s_scale;
@@ -199,6 +201,7 @@ __device__ __forceinline__ float dot_cpu_order(const float* q, const float* __re
 template <int DIM>
 __global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(const IndexerArgs a, int64_t t_begin,
                                                                        float* __restrict__ scores) {
+    grid_begin();
     extern __shared__ __align__(16) float sm[];
     const int dim = DIM > 0 ? DIM : a.dim, heads = a.heads;
     float* qs = sm;                          // [heads, dim]
@@ -292,6 +295,7 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(const fl
                                                                          int64_t pos0, int ratio, int top_k,
                                                                          int32_t* __restrict__ picked,
                                                                          int32_t* __restrict__ n_picked) {
+    grid_begin();
     __shared__ unsigned hist[256];
     __shared__ unsigned wsum[32];
     __shared__ unsigned s_bin, s_rem;
@@ -460,6 +464,7 @@ __device__ __forceinline__ float transpose_reduce(float (&part)[32], int lane) {
 
 template <int NC>
 __global__ void __launch_bounds__(kMaxHeadsPerBlock * 32, 1) sparse_attn_kernel(const SparseAttnArgs a) {
+    grid_begin();
     constexpr int width = NC * 32;
     constexpr int kChunksPerRow = width / 4;
     extern __shared__ __align__(16) float tiles[];  // [2][kTileKeys][width]
@@ -597,6 +602,7 @@ template <int HC>
 __global__ void __launch_bounds__(kSplitThreads, 1)
     sparse_attn_split_kernel(const SparseAttnArgs a, int rows, int n_splits, float* __restrict__ ws_acc,
                              float2* __restrict__ ws_ml) {
+    grid_dependency_wait();  // the dependents are allowed below, once this block has its geometry
     constexpr int width = HC * 64, half = HC * 32;
     constexpr int kSetRows = kSplitTile / 2;  // rows of a tile per row set
     static_assert(kSplitThreads == 2 * (kSplitHeads / 4) * 2 * 32, "a warp per (row set, quad of heads, channel half)");
@@ -615,7 +621,7 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
     const KeyGeom g = key_geom(a, blockIdx.z);
     const int row0 = split * rows;
     // The combine may be scheduled now (it waits for this grid's completion before it reads).
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    allow_dependents();
     if (row0 >= g.n_keys) return;  // a split past this query's keys (the grid covers the longest query)
     const int n_rows = min(rows, g.n_keys - row0);
     const int n_tiles = (n_rows + kSplitTile - 1) / kSplitTile;
@@ -776,7 +782,7 @@ constexpr int kCombineGroups = 4, kCombineBatch = 8;
 __global__ void __launch_bounds__(kCombineGroups * 128)
     sparse_attn_combine_kernel(const SparseAttnArgs a, int rows, int n_splits, const float* __restrict__ ws_acc,
                                const float2* __restrict__ ws_ml) {
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    grid_begin();
     extern __shared__ __align__(16) float s_comb[];
     float* s_m = s_comb;
     float* s_l = s_comb + n_splits;
@@ -890,21 +896,14 @@ void launch_split(const SparseAttnArgs& a, const SplitPlan& p, void* workspace, 
     float* ws_acc = static_cast<float*>(workspace);
     float2* ws_ml = reinterpret_cast<float2*>(ws_acc + size_t(a.T) * size_t(p.splits) * size_t(a.H) * size_t(a.width));
     const dim3 grid(unsigned(p.splits), ceil_div(a.H, kSplitHeads), unsigned(a.T));
-    sparse_attn_split_kernel<HC><<<grid, kSplitThreads, smem, stream>>>(a, p.rows, p.splits, ws_acc, ws_ml);
+    launch(sparse_attn_split_kernel<HC>, grid, kSplitThreads, smem, stream, a, p.rows, p.splits, ws_acc, ws_ml);
     DSV4_LAUNCH_CHECK();
-    // The combine, as a programmatic dependent launch (it waits in griddepcontrol.wait).
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(a.H), unsigned(a.T));
-    cfg.blockDim = dim3(unsigned(kCombineGroups * a.width / 4));
-    cfg.dynamicSmemBytes = (size_t(3 * p.splits + 3) & ~size_t(3)) * sizeof(float) + size_t(kCombineGroups) * a.width * sizeof(float);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_attn_combine_kernel, a, p.rows, p.splits,
-                                       static_cast<const float*>(ws_acc), static_cast<const float2*>(ws_ml)));
+    // The combine's launch overlaps the split kernel's run (it waits in grid_begin).
+    const size_t combine_smem =
+        (size_t(3 * p.splits + 3) & ~size_t(3)) * sizeof(float) + size_t(kCombineGroups) * a.width * sizeof(float);
+    launch(sparse_attn_combine_kernel, dim3(unsigned(a.H), unsigned(a.T)), dim3(unsigned(kCombineGroups * a.width / 4)),
+           combine_smem, stream, a, p.rows, p.splits, static_cast<const float*>(ws_acc),
+           static_cast<const float2*>(ws_ml));
 }
 
 template <int NC>
@@ -917,7 +916,7 @@ void launch_sparse(const SparseAttnArgs& a, Stream stream) {
     (void)attr_set;
     const int warps = std::min(a.H, kMaxHeadsPerBlock);
     const dim3 grid(unsigned(a.T), ceil_div(a.H, kMaxHeadsPerBlock));
-    sparse_attn_kernel<NC><<<grid, warps * 32, smem, stream>>>(a);
+    launch(sparse_attn_kernel<NC>, grid, warps * 32, smem, stream, a);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -935,7 +934,7 @@ void launch_score(const IndexerArgs& a, int64_t t_begin, float* scores, Stream s
     }();
     (void)attr_set;
     const dim3 grid(ceil_div(a.T - t_begin, kScoreQueries), ceil_div(a.n_rows, kScoreThreads));
-    indexer_score_kernel<DIM><<<grid, kScoreThreads, smem, stream>>>(a, t_begin, scores);
+    launch(indexer_score_kernel<DIM>, grid, kScoreThreads, smem, stream, a, t_begin, scores);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -952,7 +951,7 @@ void rope(float* v, int64_t rows, int width, int64_t row_stride, int per_pos, in
     if (rows == 0) return;
     if (!v || !inv_freq) fail("CUDA rope: null ", !v ? "v" : "inv_freq");
     const int64_t n = rows * (dim / 2);
-    rope_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(v, rows, width, row_stride, per_pos, pos0, inv_freq, dim / 2,
+    launch(rope_kernel, ceil_div(n, 256), 256, 0, stream, v, rows, width, row_stride, per_pos, pos0, inv_freq, dim / 2,
                                                        inverse);
     DSV4_LAUNCH_CHECK();
 }
@@ -972,7 +971,7 @@ void compress_windows(const CompressArgs& a, Stream stream) {
     if (a.dim > 0 && !a.inv_freq) fail("CUDA compress_windows: null inv_freq with dim ", a.dim);
     if (a.coff == 2 && a.has_prev && (!a.prev_kv || !a.prev_gate))
         fail("CUDA compress_windows: has_prev without prev_kv / prev_gate");
-    compress_kernel<<<unsigned(a.n_windows), kCompressThreads, size_t(a.width) * sizeof(float), stream>>>(a);
+    launch(compress_kernel, unsigned(a.n_windows), kCompressThreads, size_t(a.width) * sizeof(float), stream, a);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -1010,7 +1009,7 @@ void indexer_topk(const IndexerArgs& a, void* workspace, size_t workspace_bytes,
             default: launch_score<0>(a, t_begin, scores, stream); break;
         }
     }
-    indexer_select_kernel<<<unsigned(a.T), kSelectThreads, 0, stream>>>(static_cast<const float*>(workspace), a.n_rows,
+    launch(indexer_select_kernel, unsigned(a.T), kSelectThreads, 0, stream, static_cast<const float*>(workspace), a.n_rows,
                                                                         a.pos0, a.ratio, a.top_k, a.picked, a.n_picked);
     DSV4_LAUNCH_CHECK();
 }

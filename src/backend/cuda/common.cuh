@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "backend/cuda/q8_0_device.h"
 #include "core/error.h"
@@ -85,6 +86,51 @@ void dispatch_wtype(int type, F&& f) {
         case kQ2_K: f.template operator()<kQ2_K>(); return;
     }
     fail("CUDA backend: unsupported weight type ", type);
+}
+
+// Programmatic dependent launch (docs/CUDA.md, "Launch overlap"). The forward's kernels are
+// launched with launch() below, which lets each start while its predecessor on the stream still
+// runs; so every such kernel calls grid_dependency_wait() before it touches memory that an earlier
+// kernel writes or reads (weights, which nothing writes during a forward, may be read before it),
+// and allow_dependents() once its own blocks are past that wait, so that the next kernel's blocks
+// are scheduled and wait in turn while this one runs. Both are no-ops in a kernel launched plainly.
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+// The first statement of most kernels: wait for the predecessor, then let the successor launch.
+__device__ __forceinline__ void grid_begin() {
+    grid_dependency_wait();
+    allow_dependents();
+}
+
+// Whether launch() asks for programmatic dependent launch: on unless DSV4_CUDA_PDL=0 (read once).
+bool pdl_enabled();
+
+// A forward kernel's launch (every kernel so launched begins with grid_begin(), or waits with
+// grid_dependency_wait() before its first dependent access). launch_ex adds up to two launch
+// attributes (a cluster shape).
+template <class... Params, class... Args>
+void launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            const cudaLaunchAttribute* extra, int n_extra, Args&&... args) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attrs[3] = {};
+    int n = 0;
+    for (int i = 0; i < n_extra && i < 2; ++i) attrs[n++] = extra[i];
+    if (pdl_enabled()) {
+        attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attrs[n].val.programmaticStreamSerializationAllowed = 1;
+        ++n;
+    }
+    cfg.attrs = attrs;
+    cfg.numAttrs = unsigned(n);
+    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+    launch_ex(kernel, grid, block, smem, stream, nullptr, 0, std::forward<Args>(args)...);
 }
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }

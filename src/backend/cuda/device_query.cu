@@ -1,5 +1,8 @@
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/device_query.h"
 
@@ -29,6 +32,14 @@ const DeviceLimits& device_limits() {
         return DeviceLimits{sms, size_t(optin)};
     }();
     return limits;
+}
+
+bool pdl_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("DSV4_CUDA_PDL");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on;
 }
 
 }  // namespace dsv4::cuda

@@ -74,6 +74,7 @@ struct CopyDesc {
 // model is about 300 buffers, and as many cudaMemcpyAsync calls cost more host time than the
 // copies take (0.13 ms for the 6-layer embedded model, an eighth of its decode step).
 __global__ void copy_list_kernel(const CopyDesc* __restrict__ list) {
+    grid_begin();
     const CopyDesc d = list[blockIdx.y];
     const size_t start = size_t(blockIdx.x) * blockDim.x + threadIdx.x, step = size_t(gridDim.x) * blockDim.x;
     if (((reinterpret_cast<uintptr_t>(d.src) | reinterpret_cast<uintptr_t>(d.dst) | d.bytes) & 15) == 0) {
@@ -119,7 +120,7 @@ DeviceCompressorState empty_partial(const DeviceCompressorState& s) {
 
 void run_copy_list(const DeviceBuffer& list, unsigned n, unsigned blocks) {
     if (n == 0) return;
-    copy_list_kernel<<<dim3(blocks, n), 256, 0, forward_stream()>>>(list.as<CopyDesc>());
+    launch(copy_list_kernel, dim3(blocks, n), 256, 0, forward_stream(), list.as<CopyDesc>());
     DSV4_LAUNCH_CHECK();
 }
 

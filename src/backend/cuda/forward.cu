@@ -16,13 +16,14 @@ namespace dsv4::cuda {
 namespace {
 
 __global__ void scale_kernel(float* x, int64_t n, float s) {
+    grid_begin();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) x[i] *= s;
 }
 
 void scale_inplace(float* x, int64_t n, float s, Stream stream) {
     if (n <= 0) return;
-    scale_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(x, n, s);
+    launch(scale_kernel, ceil_div(n, 256), 256, 0, stream, x, n, s);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -56,6 +57,7 @@ void experts_matmul(const DeviceWeight& w, const float* x, int64_t N, int64_t T,
 // Expert parallel: the router's global expert ids -> this rank's local ids (id - e0), and -1
 // for the slots another rank computes (moe_group leaves those out).
 __global__ void local_expert_ids_kernel(const int32_t* ids, int64_t N, int e0, int e1, int32_t* local) {
+    grid_begin();
     const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (p < N) local[p] = ids[p] >= e0 && ids[p] < e1 ? ids[p] - e0 : -1;
 }
@@ -63,6 +65,7 @@ __global__ void local_expert_ids_kernel(const int32_t* ids, int64_t N, int e0, i
 // ... and their slots read the zero row `zero_row` of the expert outputs, so moe_combine adds
 // nothing for them (in place of the NaN that marks a missing row otherwise).
 __global__ void redirect_left_out_kernel(int32_t* slot_pos, int64_t N, int32_t zero_row) {
+    grid_begin();
     const int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (p < N && slot_pos[p] < 0) slot_pos[p] = zero_row;
 }
@@ -341,7 +344,7 @@ void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& L, MlpType mlp, c
     const int El = sharded_ ? int(shard_.plan.experts.size()) : E;
     if (sharded_ && N > 0) {
         int32_t* local = i("ids_local", N);
-        local_expert_ids_kernel<<<unsigned(ceil_div(N, 256)), 256, 0, S>>>(
+        launch(local_expert_ids_kernel, unsigned(ceil_div(N, 256)), 256, 0, S, 
             ids, N, int(shard_.plan.experts.begin), int(shard_.plan.experts.end), local);
         DSV4_LAUNCH_CHECK();
         ids = local;
@@ -362,7 +365,7 @@ void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& L, MlpType mlp, c
     experts_matmul(L.down_exps, g, N, T, expert_of, offsets, ys, ws_, S);
     if (sharded_ && N > 0) {
         DSV4_CUDA_CHECK(cudaMemsetAsync(ys + N * D, 0, size_t(D) * sizeof(float), S));
-        redirect_left_out_kernel<<<unsigned(ceil_div(N, 256)), 256, 0, S>>>(slot_pos, N, int32_t(N));
+        launch(redirect_left_out_kernel, unsigned(ceil_div(N, 256)), 256, 0, S, slot_pos, N, int32_t(N));
         DSV4_LAUNCH_CHECK();
     }
 

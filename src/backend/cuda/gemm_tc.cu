@@ -124,6 +124,7 @@ __device__ __forceinline__ void bytes_to_f16x2(uint32_t v, uint32_t& lo, uint32_
 
 template <int TYPE, bool EXPERTS>
 __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) {
+    grid_begin();
     constexpr bool kBf16 = TYPE == kBF16, kTwoLimbs = TYPE == kQ2_K;
     constexpr int ALd = a_ld<TYPE>(), ABytes = kBM * ALd;
     extern __shared__ __align__(128) uint8_t smem[];
@@ -312,6 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
 template <bool BF16>
 __global__ void __launch_bounds__(128) pack_kernel(const float* x, int64_t ldx, int64_t cols, uint8_t* xp,
                                                    size_t xrow_bytes, float* scale) {
+    grid_begin();
     const int64_t r = blockIdx.x;
     const float* xr = x + r * ldx;
     float inv = 1.0f, sc = 1.0f;
@@ -385,9 +387,9 @@ void pack(const DeviceMat& w, const float* x, int64_t ldx, int64_t n_rows, uint8
     const unsigned grid = unsigned(n_rows);
     float* scale = reinterpret_cast<float*>(ws + L.scale_offset);
     if (int(w.type) == kBF16)
-        pack_kernel<true><<<grid, 128, 0, stream>>>(x, ldx, w.cols, ws, L.xrow_bytes, scale);
+        launch(pack_kernel<true>, grid, 128, 0, stream, x, ldx, w.cols, ws, L.xrow_bytes, scale);
     else
-        pack_kernel<false><<<grid, 128, 0, stream>>>(x, ldx, w.cols, ws, L.xrow_bytes, scale);
+        launch(pack_kernel<false>, grid, 128, 0, stream, x, ldx, w.cols, ws, L.xrow_bytes, scale);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -400,7 +402,7 @@ void launch_type(const TcParams& p, dim3 grid, cudaStream_t stream) {
         return true;
     }();
     (void)attr_set;
-    tc_gemm_kernel<TYPE, EXPERTS><<<grid, kThreads, smem, stream>>>(p);
+    launch(tc_gemm_kernel<TYPE, EXPERTS>, grid, kThreads, smem, stream, p);
     DSV4_LAUNCH_CHECK();
 }
 

@@ -160,6 +160,7 @@ __device__ __forceinline__ void i8x4_to_f16x2(uint32_t v, uint32_t& lo, uint32_t
 
 template <int TYPE>
 __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
+    grid_begin();
     using F = TcFmt<TYPE>;
     constexpr int kCbw = F::kScb / kWarps;  // column blocks per warp per stage
     extern __shared__ __align__(128) uint8_t smem[];
@@ -414,6 +415,7 @@ __global__ void __launch_bounds__(kThreads) tc_matvec_kernel(const TcParams p) {
 // Adds the column splits' partial sums of every output in split order (deterministic).
 __global__ void add_splits_kernel(const float* __restrict__ partial, int nsplit, int n, int T, int64_t rows,
                                   float* __restrict__ y, int64_t ldy, int64_t y_stride) {
+    grid_begin();
     const int64_t total = int64_t(n) * T * rows;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         float v = 0.0f;
@@ -455,6 +457,7 @@ template <int TYPE>
 __global__ void __launch_bounds__(128) simple_matvec_kernel(const uint8_t* w, size_t matrix_bytes, size_t row_bytes,
                                                             int64_t rows, int64_t cols, int64_t count,
                                                             const int32_t* ids, MatvecArgs a) {
+    grid_begin();
     const auto [lane, prob, row, mat, bad] = warp_row(ids, count);
     if (row >= rows) return;
     float acc[kMaxMatvecTokens] = {};
@@ -479,6 +482,7 @@ __global__ void __launch_bounds__(128) simple_matvec_kernel(const uint8_t* w, si
 __global__ void __launch_bounds__(128) q2k_matvec_kernel(const uint8_t* w, size_t matrix_bytes, size_t row_bytes,
                                                          int64_t rows, int64_t cols, int64_t count,
                                                          const int32_t* ids, MatvecArgs a) {
+    grid_begin();
     const auto [lane, prob, row, mat, bad] = warp_row(ids, count);
     if (row >= rows) return;
     float acc[kMaxMatvecTokens] = {};
@@ -541,6 +545,7 @@ __global__ void __launch_bounds__(kQ2Warps * 32, 2)
                          int nsb, int64_t count, const int32_t* __restrict__ ids, const float* __restrict__ x,
                          int64_t x_stride, float* __restrict__ y, int64_t y_stride, int n_prob, int tiles_per_prob,
                          int tiles_per_block) {
+    grid_begin();
     __shared__ float red[kQ2Warps][kQ2RowsPerWarp];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int S = nsb / 8, G = kQ2Warps / S;
@@ -631,6 +636,7 @@ __global__ void __launch_bounds__(kQ2Warps * 32, 2)
 __global__ void __launch_bounds__(128) f32_matvec_kernel(const float* __restrict__ w, size_t matrix_floats,
                                                          size_t row_floats, int64_t rows, int64_t cols, int64_t count,
                                                          const int32_t* __restrict__ ids, MatvecArgs a) {
+    grid_begin();
     const auto [lane, prob, row, mat, bad] = warp_row(ids, count);
     if (row >= rows) return;
     float acc[kMaxMatvecTokens] = {};
@@ -704,7 +710,7 @@ void launch_q2k_t1(const DeviceMat& w, const MatvecArgs& a, cudaStream_t stream)
     const int64_t slots = 2 * int64_t(device_limits().sms);
     const int64_t per_block = (tiles + slots - 1) / slots, blocks = (tiles + per_block - 1) / per_block;
     if (tiles > INT32_MAX) fail("CUDA matvec: ", tiles, " Q2_K tiles");
-    q2k_matvec_t1_kernel<<<unsigned(blocks), kQ2Warps * 32, 0, stream>>>(
+    launch(q2k_matvec_t1_kernel, unsigned(blocks), kQ2Warps * 32, 0, stream, 
         w.data, w.matrix_bytes(), w.row_bytes, w.rows, nsb, w.count, a.ids, a.x, a.x_stride, a.y, a.y_stride, a.n,
         int(tiles_per_prob), int(per_block));
     DSV4_LAUNCH_CHECK();
@@ -832,22 +838,16 @@ void launch_tc(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_byte
     p.partial = need ? static_cast<float*>(ws) : nullptr;
     p.cluster = pl.nsplit > 1 && !need;
     if (a.n > 65535 || pl.nsplit > 65535) fail("CUDA matvec: grid of ", a.n, " problems x ", pl.nsplit, " splits");
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(pl.bpp), unsigned(a.n), unsigned(pl.nsplit));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = pl.smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 1;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = p.cluster ? unsigned(pl.nsplit) : 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, tc_matvec_kernel<TYPE>, p));
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = p.cluster ? unsigned(pl.nsplit) : 1;
+    launch_ex(tc_matvec_kernel<TYPE>, dim3(unsigned(pl.bpp), unsigned(a.n), unsigned(pl.nsplit)), dim3(kThreads),
+              pl.smem, stream, &cluster, 1, p);
     if (p.partial) {
         const int64_t total = int64_t(a.n) * a.T * w.rows;
-        add_splits_kernel<<<unsigned(std::min<int64_t>((total + 255) / 256, 4096)), 256, 0, stream>>>(
+        launch(add_splits_kernel, unsigned(std::min<int64_t>((total + 255) / 256, 4096)), 256, 0, stream,
             p.partial, pl.nsplit, a.n, a.T, w.rows, a.y, a.ldy, a.y_stride);
         DSV4_LAUNCH_CHECK();
     }
@@ -929,19 +929,19 @@ void matvec(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t wor
         return;
     }
     if (dedicated && wtype(w) == kQ2_K && w4) {  // super-blocks are 84 bytes: word loads need 4-byte rows
-        q2k_matvec_kernel<<<grid, 128, 0, stream>>>(w.data, w.matrix_bytes(), w.row_bytes, w.rows, w.cols, w.count,
+        launch(q2k_matvec_kernel, grid, 128, 0, stream, w.data, w.matrix_bytes(), w.row_bytes, w.rows, w.cols, w.count,
                                                     a.ids, a);
         DSV4_LAUNCH_CHECK();
         return;
     }
     if (dedicated && wtype(w) == kF32 && w16 && x16 && w.cols % 4 == 0) {
-        f32_matvec_kernel<<<grid, 128, 0, stream>>>(reinterpret_cast<const float*>(w.data), w.matrix_bytes() / 4,
+        launch(f32_matvec_kernel, grid, 128, 0, stream, reinterpret_cast<const float*>(w.data), w.matrix_bytes() / 4,
                                                     w.row_bytes / 4, w.rows, w.cols, w.count, a.ids, a);
         DSV4_LAUNCH_CHECK();
         return;
     }
     dispatch_wtype(wtype(w), [&]<int TYPE>() {
-        simple_matvec_kernel<TYPE><<<grid, 128, 0, stream>>>(w.data, w.matrix_bytes(), w.row_bytes, w.rows, w.cols,
+        launch(simple_matvec_kernel<TYPE>, grid, 128, 0, stream, w.data, w.matrix_bytes(), w.row_bytes, w.rows, w.cols,
                                                              w.count, a.ids, a);
     });
     DSV4_LAUNCH_CHECK();

@@ -49,8 +49,9 @@ __device__ __forceinline__ void ld_stream(const uint8_t* p, uint32_t* w) {
 __global__ void __launch_bounds__(kThreads) pack_x_limbs_kernel(const float* __restrict__ x, int64_t ldx,
                                                                 int64_t x_stride, int T, int nb, int G, int P,
                                                                 uint8_t* __restrict__ xl, float* __restrict__ xs) {
-    // The matvec may start now: it loads weights until it needs these limbs (griddepcontrol.wait).
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    // x comes from the kernel before; the matvec may start now: it loads weights until it needs
+    // these limbs (grid_dependency_wait).
+    grid_begin();
     const int64_t team = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 3;
     const int k = int(threadIdx.x & 7);
     const int64_t nblk = int64_t(G) * 4;
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 2) q8_matvec_kernel(const Q8Params p
         AStep cur, nxt;
         if (ga < gb) load_step(cur, rowg, rowh, okg, okh, ga, t, p.nb);
         if (!waited) {  // the packed x is complete past this point (a no-op without the dependent launch)
-            asm volatile("griddepcontrol.wait;\n" ::: "memory");
+            grid_begin();
             waited = true;
         }
         for (int gi = ga; gi < gb; ++gi) {
@@ -257,16 +258,7 @@ Q8Plan plan_q8(const DeviceMat& w, const MatvecArgs& a) {
 
 template <int T>
 void launch_main(const Q8Params& p, const Q8Plan& pl, int n, cudaStream_t stream) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(pl.grid), unsigned(n), 1);
-    cfg.blockDim = dim3(kThreads);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, q8_matvec_kernel<T>, p));
+    launch(q8_matvec_kernel<T>, dim3(unsigned(pl.grid), unsigned(n), 1), dim3(kThreads), 0, stream, p);
 }
 
 }  // namespace
@@ -293,7 +285,7 @@ void q8_0_matvec(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_by
     float* xs = reinterpret_cast<float*>(xl + limb_bytes);
 
     const int64_t lanes = int64_t(P) * a.T * G * 4 * 8;
-    pack_x_limbs_kernel<<<ceil_div(lanes, kThreads), kThreads, 0, stream>>>(a.x, a.ldx, a.x_stride, a.T, nb, G, P,
+    launch(pack_x_limbs_kernel, ceil_div(lanes, kThreads), kThreads, 0, stream, a.x, a.ldx, a.x_stride, a.T, nb, G, P,
                                                                            xl, xs);
     DSV4_LAUNCH_CHECK();
 

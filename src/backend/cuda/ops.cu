@@ -107,6 +107,7 @@ __device__ double block_sum_double(double v, double* red) {
 // ---- rmsnorm --------------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(256) rmsnorm_kernel(float* x, int64_t n, const float* weight, float eps) {
+    grid_begin();
     __shared__ double red[8];
     float* r = x + int64_t(blockIdx.x) * n;
     double ss = 0;
@@ -138,6 +139,7 @@ struct RopeTail {
 template <int V, bool ROPE = false>
 __global__ void __launch_bounds__(kNormMaxThreads) rmsnorm_vec_kernel(float* x, int n4, const float* weight,
                                                                       float eps, RopeTail rope = {}) {
+    grid_begin();
     __shared__ double red[kNormMaxThreads / 32];
     float4* r = reinterpret_cast<float4*>(x) + int64_t(blockIdx.x) * n4;
     const float4* w4 = reinterpret_cast<const float4*>(weight);
@@ -184,6 +186,7 @@ __global__ void __launch_bounds__(kNormMaxThreads) rmsnorm_vec_kernel(float* x, 
 template <int TYPE>
 __global__ void __launch_bounds__(256) embed_kernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t D,
                                                     const int32_t* tokens, int hc, float* X) {
+    grid_begin();
     const int64_t t = blockIdx.x;
     const int32_t tok = tokens[t];
     const bool ok = tok >= 0 && tok < rows;  // the caller checks ids; an id outside gives NaN rows, not a fault
@@ -314,6 +317,7 @@ __device__ void hc_pre_gates_warp(const float* m, const float* base, const float
 // G: mix rows accumulated per pass over the columns (registers per thread).
 template <int TYPE, int G, bool HEAD>
 __global__ void __launch_bounds__(kHcThreads) hc_kernel(const HcArgs a) {
+    grid_begin();
     __shared__ double s_red_d[kHcWarps];
     __shared__ double s_ss;       // this block's partial sum of squares
     __shared__ float s_scale;     // the token's RMS scale
@@ -439,11 +443,12 @@ int hc_cluster_size(int64_t T) {
 }
 
 // The launch configuration of the hyper-connection kernels: `blocks` blocks of kHcThreads in
-// clusters of C along x. cfg points at attr: not copyable.
+// clusters of C along x, launched as programmatic dependents where `pdl` (they begin with
+// grid_begin). cfg points at attr: not copyable.
 struct HcClusterLaunch {
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1] = {};
-    HcClusterLaunch(int64_t blocks, int C, Stream stream) {
+    cudaLaunchAttribute attr[2] = {};
+    HcClusterLaunch(int64_t blocks, int C, Stream stream, bool pdl) {
         cfg.gridDim = dim3(unsigned(blocks));
         cfg.blockDim = dim3(kHcThreads);
         cfg.stream = stream;
@@ -451,8 +456,10 @@ struct HcClusterLaunch {
         attr[0].val.clusterDim.x = unsigned(C);
         attr[0].val.clusterDim.y = 1;
         attr[0].val.clusterDim.z = 1;
+        attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[1].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        cfg.numAttrs = pdl ? 2 : 1;
     }
     HcClusterLaunch(const HcClusterLaunch&) = delete;
     HcClusterLaunch& operator=(const HcClusterLaunch&) = delete;
@@ -462,8 +469,8 @@ template <bool HEAD>
 void launch_hc(const char* op, const DeviceMat& fn, const HcArgs& a, int64_t T, Stream stream) {
     const int C = hc_cluster_size(T);
     if (T * C > INT_MAX) fail("CUDA ", op, ": ", T, " tokens");
-    HcClusterLaunch launch(T * C, C, stream);
-    cudaLaunchConfig_t& cfg = launch.cfg;
+    HcClusterLaunch hc(T * C, C, stream, pdl_enabled());
+    cudaLaunchConfig_t& cfg = hc.cfg;
     dispatch_wtype(int(fn.type), [&]<int TYPE>() {
         if (a.rows <= 4) {
             DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, hc_kernel<TYPE, 4, HEAD>, a));
@@ -493,6 +500,7 @@ constexpr int kHcSmallMaxCluster = 16;
 // no share of y. VEC: X and y rows are float4-aligned (D % 4 == 0), and for F32 the fn rows too.
 template <int TYPE, int G, bool HEAD, bool VEC>
 __global__ void __launch_bounds__(kHcThreads) hc_small_kernel(const HcArgs a) {
+    grid_begin();
     __shared__ double s_red_d[kHcWarps];
     __shared__ double s_ss;            // this block's partial sum of squares
     __shared__ float s_red[G * kHcWarps];
@@ -667,10 +675,10 @@ __global__ void __launch_bounds__(kHcThreads) hc_small_kernel(const HcArgs a) {
 // the device can schedule a cluster of 16 of them, else 8 (always possible). Queried once.
 template <class K>
 int hc_small_cluster(K kernel) {
-    HcClusterLaunch launch(kHcSmallMaxCluster, kHcSmallMaxCluster, nullptr);
+    HcClusterLaunch query(kHcSmallMaxCluster, kHcSmallMaxCluster, nullptr, false);
     int clusters = 0;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
-        cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.cfg) == cudaSuccess && clusters > 0)
+        cudaOccupancyMaxActiveClusters(&clusters, kernel, &query.cfg) == cudaSuccess && clusters > 0)
         return kHcSmallMaxCluster;
     (void)cudaGetLastError();  // a refused query leaves an error behind: not this op's failure
     return kHcMaxCluster;
@@ -680,8 +688,8 @@ template <int TYPE, int G, bool HEAD, bool VEC>
 void launch_hc_small(const HcArgs& a, int64_t T, Stream stream) {
     const auto kernel = hc_small_kernel<TYPE, G, HEAD, VEC>;
     static const int C = hc_small_cluster(kernel);
-    HcClusterLaunch launch(T * C, C, stream);
-    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, a));
+    HcClusterLaunch hc(T * C, C, stream, pdl_enabled());
+    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&hc.cfg, kernel, a));
 }
 
 // Whether hc_small_kernel may read X and y (and an F32 fn) as float4.
@@ -714,6 +722,7 @@ void launch_hc_small_any(const DeviceMat& fn, const HcArgs& a, int64_t T, Stream
 // One thread per (token, column i): reads X[t, j, i] for every stream j, writes every X[t, k, i].
 __global__ void __launch_bounds__(256) hc_post_kernel(float* X, const float* f, const float* post, const float* comb,
                                                       int n, int64_t D, int64_t blocks_per_token) {
+    grid_begin();
     const int64_t t = int64_t(blockIdx.x) / blocks_per_token;
     const int64_t i = (int64_t(blockIdx.x) % blocks_per_token) * blockDim.x + threadIdx.x;
     if (i >= D) return;
@@ -738,6 +747,7 @@ __global__ void __launch_bounds__(256) hc_post_kernel(float* X, const float* f, 
 // ---- swiglu ---------------------------------------------------------------------------------
 
 __global__ void swiglu_kernel(float* gate, const float* up, int64_t n, float limit) {
+    grid_begin();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         float g = gate[i], u = up[i];
         if (limit > 0) {
@@ -761,6 +771,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(const float* lo
                                                                  const float* bias, const int32_t* tid2eid,
                                                                  const int32_t* tokens, float routed_scale,
                                                                  int32_t* ids, float* weights) {
+    grid_begin();
     extern __shared__ float route_smem[];  // [kRouteWarps][2][E]: scores, keys
     __shared__ int32_t s_id[kRouteWarps][kMaxTopK];
     __shared__ float s_sc[kRouteWarps][kMaxTopK];
@@ -837,6 +848,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(const float* lo
 __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const int32_t* ids, int N, int E, int32_t* offsets,
                                                                  int32_t* order, int32_t* expert_of,
                                                                  int32_t* slot_pos) {
+    grid_begin();
     extern __shared__ int32_t group_smem[];
     int32_t* base = group_smem;     // [E] running start of each expert's next pairs
     int32_t* wc = group_smem + E;   // [kGroupWarps][E] pairs of each warp of the chunk per expert
@@ -913,6 +925,7 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const int32_t*
 template <bool VEC4>
 __global__ void __launch_bounds__(256) gather_rows_kernel(const float* x, const int32_t* order, int k, int64_t D,
                                                           float* xs) {
+    grid_begin();
     const int64_t p = blockIdx.x;
     const int32_t pair = order[p];
     float* dst = xs + p * D;
@@ -940,6 +953,7 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(const floa
                                                                       const float* weights, const int32_t* slot_pos,
                                                                       int k, int64_t D, const float* shared,
                                                                       float* out) {
+    grid_begin();
     using Vec = std::conditional_t<W == 4, float4, float>;
     __shared__ int32_t s_e[kMaxTopK], s_p[kMaxTopK], s_pos[kMaxTopK];
     __shared__ float s_wt[kMaxTopK], s_w[kMaxTopK];
@@ -996,6 +1010,7 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(const floa
 }
 
 __global__ void add_to_streams_kernel(float* X, const float* e, int64_t T, int n, int64_t D) {
+    grid_begin();
     const int64_t total = T * n * D;
     for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < total; q += int64_t(gridDim.x) * blockDim.x) {
         const int64_t t = q / (int64_t(n) * D), i = q % D;
@@ -1027,10 +1042,10 @@ void launch_rmsnorm_vec(float* x, int64_t T, int64_t n, const float* weight, flo
     const int64_t n4 = n / 4;
     const int V = n4 <= kNormMaxThreads ? 1 : n4 <= 2 * kNormMaxThreads ? 2 : n4 <= 4 * kNormMaxThreads ? 4 : 8;
     const unsigned threads = unsigned((ceil_div(n4, V) + 31) / 32 * 32);
-    if (V == 1) rmsnorm_vec_kernel<1, ROPE><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps, rope);
-    if (V == 2) rmsnorm_vec_kernel<2, ROPE><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps, rope);
-    if (V == 4) rmsnorm_vec_kernel<4, ROPE><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps, rope);
-    if (V == 8) rmsnorm_vec_kernel<8, ROPE><<<unsigned(T), threads, 0, stream>>>(x, int(n4), weight, eps, rope);
+    if (V == 1) launch(rmsnorm_vec_kernel<1, ROPE>, unsigned(T), threads, 0, stream, x, int(n4), weight, eps, rope);
+    if (V == 2) launch(rmsnorm_vec_kernel<2, ROPE>, unsigned(T), threads, 0, stream, x, int(n4), weight, eps, rope);
+    if (V == 4) launch(rmsnorm_vec_kernel<4, ROPE>, unsigned(T), threads, 0, stream, x, int(n4), weight, eps, rope);
+    if (V == 8) launch(rmsnorm_vec_kernel<8, ROPE>, unsigned(T), threads, 0, stream, x, int(n4), weight, eps, rope);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -1048,7 +1063,7 @@ void rmsnorm(float* x, int64_t T, int64_t n, const float* weight, float eps, Str
     if (rmsnorm_vec_ok(x, n, weight)) {
         launch_rmsnorm_vec<false>(x, T, n, weight, eps, {}, stream);
     } else {
-        rmsnorm_kernel<<<unsigned(T), 256, 0, stream>>>(x, n, weight, eps);
+        launch(rmsnorm_kernel, unsigned(T), 256, 0, stream, x, n, weight, eps);
         DSV4_LAUNCH_CHECK();
     }
 }
@@ -1083,7 +1098,7 @@ void embed_streams(const DeviceMat& embed, const int32_t* tokens, int64_t T, int
     need(tokens, "embed_streams", "tokens");
     need(X, "embed_streams", "X");
     dispatch_wtype(int(embed.type), [&]<int TYPE>() {
-        embed_kernel<TYPE><<<unsigned(T), 256, 0, stream>>>(embed.data, embed.row_bytes, embed.rows, embed.cols, tokens,
+        launch(embed_kernel<TYPE>, unsigned(T), 256, 0, stream, embed.data, embed.row_bytes, embed.rows, embed.cols, tokens,
                                                             hc, X);
     });
     DSV4_LAUNCH_CHECK();
@@ -1120,7 +1135,7 @@ void hc_post(const HcShape& s, float* X, const float* f, const float* post, cons
     need(comb, "hc_post", "comb");
     const int64_t bpt = ceil_div(s.D, 256);
     if (T * bpt > INT_MAX) fail("CUDA hc_post: ", T, " tokens of ", s.D);
-    hc_post_kernel<<<unsigned(T * bpt), 256, 0, stream>>>(X, f, post, comb, s.n, s.D, bpt);
+    launch(hc_post_kernel, unsigned(T * bpt), 256, 0, stream, X, f, post, comb, s.n, s.D, bpt);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -1147,7 +1162,7 @@ void swiglu(float* gate, const float* up, int64_t n, float limit, Stream stream)
     if (n == 0) return;
     need(gate, "swiglu", "gate");
     need(up, "swiglu", "up");
-    swiglu_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(gate, up, n, limit);
+    launch(swiglu_kernel, elementwise_blocks(n), 256, 0, stream, gate, up, n, limit);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -1164,7 +1179,7 @@ void route(const float* logits, int64_t T, int E, int k, const float* bias, cons
     const int64_t blocks = (T + kRouteWarps - 1) / kRouteWarps;
     if (blocks > INT_MAX) fail("CUDA route: ", T, " tokens");
     const size_t smem = tid2eid ? 0 : size_t(kRouteWarps) * 2 * size_t(E) * sizeof(float);
-    route_kernel<<<unsigned(blocks), kRouteWarps * 32, smem, stream>>>(logits, T, E, k, bias, tid2eid, tokens,
+    launch(route_kernel, unsigned(blocks), kRouteWarps * 32, smem, stream, logits, T, E, k, bias, tid2eid, tokens,
                                                                        routed_scale, ids, weights);
     DSV4_LAUNCH_CHECK();
 }
@@ -1185,7 +1200,7 @@ void moe_group(const int32_t* ids, int64_t T, int k, int E, int32_t* offsets, in
     const size_t smem = size_t(1 + kGroupWarps) * size_t(E) * sizeof(int32_t);
     if (smem > 48 * 1024)
         DSV4_CUDA_CHECK(cudaFuncSetAttribute(moe_group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    moe_group_kernel<<<1, kGroupThreads, smem, stream>>>(ids, int(N), E, offsets, order, expert_of, slot_pos);
+    launch(moe_group_kernel, 1, kGroupThreads, smem, stream, ids, int(N), E, offsets, order, expert_of, slot_pos);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -1198,9 +1213,9 @@ void gather_rows(const float* x, const int32_t* order, int64_t N, int k, int64_t
     need(xs, "gather_rows", "xs");
     const bool vec = D % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (reinterpret_cast<uintptr_t>(xs) & 15) == 0;
     if (vec)
-        gather_rows_kernel<true><<<unsigned(N), 256, 0, stream>>>(x, order, k, D, xs);
+        launch(gather_rows_kernel<true>, unsigned(N), 256, 0, stream, x, order, k, D, xs);
     else
-        gather_rows_kernel<false><<<unsigned(N), 256, 0, stream>>>(x, order, k, D, xs);
+        launch(gather_rows_kernel<false>, unsigned(N), 256, 0, stream, x, order, k, D, xs);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -1221,7 +1236,7 @@ void moe_combine(const float* ys, const int32_t* ids, const float* weights, cons
     if (chunks > 65535) fail("CUDA moe_combine: D = ", D);
     const dim3 grid{unsigned(T), unsigned(chunks)};
     const auto go = [&]<int W, int KMAX>() {
-        moe_combine_kernel<W, KMAX><<<grid, kCombineThreads, 0, stream>>>(ys, ids, weights, slot_pos, k, D, shared, out);
+        launch(moe_combine_kernel<W, KMAX>, grid, kCombineThreads, 0, stream, ys, ids, weights, slot_pos, k, D, shared, out);
     };
     if (vec && k <= 8) go.template operator()<4, 8>();
     else if (vec) go.template operator()<4, kMaxTopK>();
@@ -1235,7 +1250,7 @@ void add_to_streams(float* X, const float* e, int64_t T, int n, int64_t D, Strea
     if (T == 0) return;
     need(X, "add_to_streams", "X");
     need(e, "add_to_streams", "e");
-    add_to_streams_kernel<<<elementwise_blocks(T * n * D), 256, 0, stream>>>(X, e, T, n, D);
+    launch(add_to_streams_kernel, elementwise_blocks(T * n * D), 256, 0, stream, X, e, T, n, D);
     DSV4_LAUNCH_CHECK();
 }
 
