@@ -387,9 +387,9 @@ void pack(const DeviceMat& w, const float* x, int64_t ldx, int64_t n_rows, uint8
     const unsigned grid = unsigned(n_rows);
     float* scale = reinterpret_cast<float*>(ws + L.scale_offset);
     if (int(w.type) == kBF16)
-        launch(pack_kernel<true>, grid, 128, 0, stream, x, ldx, w.cols, ws, L.xrow_bytes, scale);
+        cuda::launch(pack_kernel<true>, grid, 128, 0, stream, x, ldx, w.cols, ws, L.xrow_bytes, scale);
     else
-        launch(pack_kernel<false>, grid, 128, 0, stream, x, ldx, w.cols, ws, L.xrow_bytes, scale);
+        cuda::launch(pack_kernel<false>, grid, 128, 0, stream, x, ldx, w.cols, ws, L.xrow_bytes, scale);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -402,7 +402,7 @@ void launch_type(const TcParams& p, dim3 grid, cudaStream_t stream) {
         return true;
     }();
     (void)attr_set;
-    launch(tc_gemm_kernel<TYPE, EXPERTS>, grid, kThreads, smem, stream, p);
+    cuda::launch(tc_gemm_kernel<TYPE, EXPERTS>, grid, kThreads, smem, stream, p);
     DSV4_LAUNCH_CHECK();
 }
 
