@@ -214,6 +214,27 @@ TEST(CudaGraphs, DecodeEqualsPlainLaunchesBitwise) {
     }
 }
 
+// The side stream (docs/CUDA.md, "Launch overlap") runs the attention's key/value path and the
+// shared expert beside the rest of the layer; with DSV4_CUDA_SIDE=0 the same kernels run on one
+// stream: bitwise the same logits, captured (decode, verification) and plain (prefill chunks).
+TEST(CudaStreams, SidePathEqualsOneStreamBitwise) {
+    REQUIRE_DEVICE();
+    for (const char* name : {"long_seq", "mini_flash"}) {
+        SCOPED_TRACE(name);
+        test::TempDir tmp;
+        const std::string path = test::convert_fixture(name, tmp.path());
+        Model forked(path, "cuda");
+        setenv("DSV4_CUDA_SIDE", "0", 1);
+        Model one(path, "cuda");
+        unsetenv("DSV4_CUDA_SIDE");
+        auto tokens = test::fixture_tokens(name);
+        for (int64_t chunk : {1, 3, 16}) {
+            std::vector<float> a = run(forked, tokens, chunk), b = run(one, tokens, chunk);
+            EXPECT_EQ(a, b) << "chunk " << chunk;
+        }
+    }
+}
+
 // A decode step is captured while the one before it runs, for the same state at the next
 // position (docs/CUDA.md, "Decode graphs"). Whenever the next forward is another step (another
 // state, a state copy, a rewound state, no logits, more tokens) the captured one must be dropped

@@ -78,6 +78,8 @@ CudaBackend::CudaBackend(const ModelConfig& c, DeviceModelWeights w, const Shard
     graphs_ = !(g && std::string(g) == "0");
     const char* pc = std::getenv("DSV4_CUDA_PRECAPTURE");
     precapture_ = !(pc && std::string(pc) == "0");
+    const char* sd = std::getenv("DSV4_CUDA_SIDE");
+    side_ = !(sd && std::string(sd) == "0");
     if (shard) {
         if (!shard->comm || shard->comm->size() != shard->plan.ranks || shard->comm->rank() != shard->plan.rank)
             fail("CUDA shard: the plan (rank ", shard->plan.rank, " of ", shard->plan.ranks,
@@ -100,6 +102,28 @@ CudaBackend::~CudaBackend() {
         if (exec) cudaGraphExecDestroy(exec);
     if (pinned_tokens_) cudaFreeHost(pinned_tokens_);
     if (graph_done_) cudaEventDestroy(graph_done_);
+    if (fork_ev_) cudaEventDestroy(fork_ev_);
+    if (join_ev_) cudaEventDestroy(join_ev_);
+    if (side_stream_) cudaStreamDestroy(side_stream_);
+}
+
+Stream CudaBackend::fork() const {
+    const Stream S = forward_stream();
+    if (!side_) return S;
+    if (!side_stream_) {
+        DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+        DSV4_CUDA_CHECK(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming));
+        DSV4_CUDA_CHECK(cudaEventCreateWithFlags(&join_ev_, cudaEventDisableTiming));
+    }
+    DSV4_CUDA_CHECK(cudaEventRecord(fork_ev_, S));
+    DSV4_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_ev_, 0));
+    return side_stream_;
+}
+
+void CudaBackend::join() const {
+    if (!side_) return;
+    DSV4_CUDA_CHECK(cudaEventRecord(join_ev_, side_stream_));
+    DSV4_CUDA_CHECK(cudaStreamWaitEvent(forward_stream(), join_ev_, 0));
 }
 
 void* CudaBackend::bytes(const char* slot, size_t n) const {
@@ -148,8 +172,7 @@ CudaState& CudaBackend::state_of(State& st, const ModelConfig& c) const {
 
 void CudaBackend::compress(DeviceCompressorState& s, const DeviceCompressor& w, const float* a, int64_t T,
                            const float* inv_freq, int rope_dim, float eps, const char* slot_kv,
-                           const char* slot_gate) const {
-    const Stream S = forward_stream();
+                           const char* slot_gate, Stream S, GemmWorkspace& ws) const {
     const int64_t cw = s.cw(), m = s.ratio, nb = s.n_buf, total = nb + T;
     topology_ += nb ? 'b' : '-';
     topology_ += (total / m) ? 'w' : '-';
@@ -158,8 +181,8 @@ void CudaBackend::compress(DeviceCompressorState& s, const DeviceCompressor& w, 
     float* gate = f(slot_gate, total * cw);
     copy_d2d(kv, s.buf_kv.get(), size_t(nb * cw) * sizeof(float), S);
     copy_d2d(gate, s.buf_gate.get(), size_t(nb * cw) * sizeof(float), S);
-    gemm(w.kv.mat, a, cfg_.hidden, T, kv + nb * cw, cw, ws_, S);
-    gemm(w.gate.mat, a, cfg_.hidden, T, gate + nb * cw, cw, ws_, S);
+    gemm(w.kv.mat, a, cfg_.hidden, T, kv + nb * cw, cw, ws, S);
+    gemm(w.gate.mat, a, cfg_.hidden, T, gate + nb * cw, cw, ws, S);
     const int64_t nwin = total / m;
     if (nwin > 0) {
         s.reserve_rows(s.n_rows + nwin);
@@ -210,34 +233,41 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
     const AttnType type = c.attn[size_t(l)];
     const float* inv = type == AttnType::Sliding ? w_.rope_main.f() : w_.rope_compress.f();
 
+    // The key/value path (the latent row, the compressors, the indexer weights) reads only `a`
+    // and the state: it runs on the side stream while the query path runs here.
+    const Stream K = fork();
+    GemmWorkspace& kws = side_ws();
+    // The window's rows and this chunk's, contiguous: position j lives at cat + (j - (pos0 - nw)) * d.
+    const int64_t nw = st.n_window;
+    topology_ += nw ? 'n' : '0';
+    if (type == AttnType::CSA) topology_ += st.idx.n_rows + (st.idx.n_buf + T) / st.idx.ratio > c.index_topk ? 'k' : 'a';
+    float* cat = f("cat", (nw + T) * d);
+    copy_d2d(cat, st.window.get(), size_t(nw * d) * sizeof(float), K);
+    float* kv = cat + nw * d;
+    gemm(L.kv.mat, a, D, T, kv, d, kws, K);
+    rmsnorm_rope(kv, T, d, L.kv_norm.f(), eps, 1, pos0, inv, R, K);
+    if (type != AttnType::Sliding) compress(st.comp, L.comp, a, T, inv, R, eps, "comp_kv", "comp_gate", K, kws);
+    const int IH = c.index_heads, Id = c.index_head_dim;
+    float *qi = nullptr, *wi = nullptr;
+    if (type == AttnType::CSA) {
+        compress(st.idx, L.idx_comp, a, T, inv, R, eps, "idx_kv", "idx_gate", K, kws);
+        wi = f("wi", T * IH);
+        gemm(L.idx_proj.mat, a, D, T, wi, IH, kws, K);
+        scale_inplace(wi, T * IH, float(std::pow(double(IH), -0.5)), K);
+    }
+
     float* qr = f("qr", T * c.q_lora);
     gemm(L.q_a.mat, a, D, T, qr, c.q_lora, ws_, S);
     rmsnorm(qr, T, c.q_lora, L.q_a_norm.f(), eps, S);
     float* q = f("q", T * Hd);
     gemm(L.q_b.mat, qr, c.q_lora, T, q, Hd, ws_, S);
     rmsnorm_rope(q, T * H, d, nullptr, eps, H, pos0, inv, R, S);  // per head; the heads of a token share pos
-    // The window's rows and this chunk's, contiguous: position j lives at cat + (j - (pos0 - nw)) * d.
-    const int64_t nw = st.n_window;
-    topology_ += nw ? 'n' : '0';
-    if (type == AttnType::CSA) topology_ += st.idx.n_rows + (st.idx.n_buf + T) / st.idx.ratio > c.index_topk ? 'k' : 'a';
-    float* cat = f("cat", (nw + T) * d);
-    copy_d2d(cat, st.window.get(), size_t(nw * d) * sizeof(float), S);
-    float* kv = cat + nw * d;
-    gemm(L.kv.mat, a, D, T, kv, d, ws_, S);
-    rmsnorm_rope(kv, T, d, L.kv_norm.f(), eps, 1, pos0, inv, R, S);
-
-    if (type != AttnType::Sliding) compress(st.comp, L.comp, a, T, inv, R, eps, "comp_kv", "comp_gate");
-    const int IH = c.index_heads, Id = c.index_head_dim;
-    float *qi = nullptr, *wi = nullptr;
     if (type == AttnType::CSA) {
-        compress(st.idx, L.idx_comp, a, T, inv, R, eps, "idx_kv", "idx_gate");
         qi = f("qi", T * IH * Id);
         gemm(L.idx_q_b.mat, qr, c.q_lora, T, qi, int64_t(IH) * Id, ws_, S);
         rope(qi, T * IH, Id, Id, IH, pos0, inv, R, false, S);
-        wi = f("wi", T * IH);
-        gemm(L.idx_proj.mat, a, D, T, wi, IH, ws_, S);
-        scale_inplace(wi, T * IH, float(std::pow(double(IH), -0.5)), S);
     }
+    join();
 
     float* attn = f("attn", T * Hd);
     if (band <= 0) band = T;
@@ -334,6 +364,24 @@ void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& L, MlpType mlp, c
     const int E = c.n_experts, k = c.top_k;
     const int64_t D = c.hidden, I = c.moe_inter, N = T * k;
     const float limit = float(c.swiglu_limit);
+    // The shared expert over this rank's intermediate columns (all of them unsharded), on the
+    // side stream while the router and the routed experts run here.
+    const int64_t Is = sharded_ ? shard_.plan.shared_cols.size() : I;
+    float* sy = f("sy", T * D);
+    {
+        const Stream Z = fork();
+        GemmWorkspace& zws = side_ws();
+        if (Is > 0) {
+            float* sg = f("sg", T * Is);
+            float* su = f("su", T * Is);
+            gemm(L.gate_sh.mat, x, D, T, sg, Is, zws, Z);
+            gemm(L.up_sh.mat, x, D, T, su, Is, zws, Z);
+            swiglu(sg, su, T * Is, limit, Z);
+            gemm(L.down_sh.mat, sg, Is, T, sy, D, zws, Z);
+        } else {
+            DSV4_CUDA_CHECK(cudaMemsetAsync(sy, 0, size_t(T * D) * sizeof(float), Z));
+        }
+    }
     float* lg = f("router", T * E);
     gemm(L.gate_inp.mat, x, D, T, lg, E, ws_, S);
     int32_t* ids = i("ids", N);
@@ -344,7 +392,7 @@ void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& L, MlpType mlp, c
     const int El = sharded_ ? int(shard_.plan.experts.size()) : E;
     if (sharded_ && N > 0) {
         int32_t* local = i("ids_local", N);
-        launch(local_expert_ids_kernel, unsigned(ceil_div(N, 256)), 256, 0, S, 
+        launch(local_expert_ids_kernel, unsigned(ceil_div(N, 256)), 256, 0, S,
             ids, N, int(shard_.plan.experts.begin), int(shard_.plan.experts.end), local);
         DSV4_LAUNCH_CHECK();
         ids = local;
@@ -369,19 +417,7 @@ void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& L, MlpType mlp, c
         DSV4_LAUNCH_CHECK();
     }
 
-    // The shared expert over this rank's intermediate columns (all of them unsharded).
-    const int64_t Is = sharded_ ? shard_.plan.shared_cols.size() : I;
-    float* sy = f("sy", T * D);
-    if (Is > 0) {
-        float* sg = f("sg", T * Is);
-        float* su = f("su", T * Is);
-        gemm(L.gate_sh.mat, x, D, T, sg, Is, ws_, S);
-        gemm(L.up_sh.mat, x, D, T, su, Is, ws_, S);
-        swiglu(sg, su, T * Is, limit, S);
-        gemm(L.down_sh.mat, sg, Is, T, sy, D, ws_, S);
-    } else {
-        DSV4_CUDA_CHECK(cudaMemsetAsync(sy, 0, size_t(T * D) * sizeof(float), S));
-    }
+    join();  // the shared expert, queued first on the side stream
     moe_combine(ys, ids, wts, slot_pos, T, k, D, sy, out, S);
 }
 
@@ -598,6 +634,7 @@ size_t CudaBackend::buffers_fingerprint(const CudaState& ds) const {
     }
     for (const auto& [slot, b] : scratch_) mix(b.get(), b.size());
     mix(ws_.data(), 0);
+    mix(side_ws_.data(), 0);
     return h;
 }
 

@@ -85,7 +85,16 @@ private:
     void attention(const ModelConfig& c, int l, const DeviceLayer& L, const float* a, int64_t T, int64_t pos0,
                    int64_t band, DeviceLayerState& st, float* out) const;
     void compress(DeviceCompressorState& s, const DeviceCompressor& w, const float* a, int64_t T, const float* inv_freq,
-                  int rope_dim, float eps, const char* slot_kv, const char* slot_gate) const;
+                  int rope_dim, float eps, const char* slot_kv, const char* slot_gate, Stream S,
+                  GemmWorkspace& ws) const;
+    // Independent paths of a layer (the attention's key/value and compressor path beside its
+    // query path, the shared expert beside the routed experts) run on a side stream: fork()
+    // returns it, ordered after the work queued so far on the forward stream, and join() orders
+    // the forward stream after the side path (branches of the graph when captured). The side
+    // path uses side_ws_, never ws_. DSV4_CUDA_SIDE=0 queues it on the forward stream instead.
+    Stream fork() const;
+    void join() const;
+    GemmWorkspace& side_ws() const { return side_ ? side_ws_ : ws_; }
     void moe(const ModelConfig& c, const DeviceLayer& L, MlpType mlp, const float* x, const int32_t* tokens, int64_t T,
              float* out) const;
     // The head of X[rows] into the "logits" slot, and to host logits when not null.
@@ -104,6 +113,10 @@ private:
     mutable std::map<std::string, DeviceBuffer> scratch_;
     mutable GemmWorkspace ws_;
     mutable size_t peak_used_ = 0;
+    bool side_ = true;
+    mutable Stream side_stream_ = nullptr;  // made at the first fork, on this backend's device
+    mutable cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
+    mutable GemmWorkspace side_ws_;
     // Decode graphs (DSV4_CUDA_GRAPHS=0 turns them off).
     bool graphs_ = true;
     mutable bool capturing_ = false;

@@ -710,7 +710,7 @@ void launch_q2k_t1(const DeviceMat& w, const MatvecArgs& a, cudaStream_t stream)
     const int64_t slots = 2 * int64_t(device_limits().sms);
     const int64_t per_block = (tiles + slots - 1) / slots, blocks = (tiles + per_block - 1) / per_block;
     if (tiles > INT32_MAX) fail("CUDA matvec: ", tiles, " Q2_K tiles");
-    launch(q2k_matvec_t1_kernel, unsigned(blocks), kQ2Warps * 32, 0, stream, 
+    launch(q2k_matvec_t1_kernel, unsigned(blocks), kQ2Warps * 32, 0, stream,
         w.data, w.matrix_bytes(), w.row_bytes, w.rows, nsb, w.count, a.ids, a.x, a.x_stride, a.y, a.y_stride, a.n,
         int(tiles_per_prob), int(per_block));
     DSV4_LAUNCH_CHECK();
