@@ -952,7 +952,7 @@ void rope(float* v, int64_t rows, int width, int64_t row_stride, int per_pos, in
     if (!v || !inv_freq) fail("CUDA rope: null ", !v ? "v" : "inv_freq");
     const int64_t n = rows * (dim / 2);
     launch(rope_kernel, ceil_div(n, 256), 256, 0, stream, v, rows, width, row_stride, per_pos, pos0, inv_freq, dim / 2,
-                                                       inverse);
+           inverse);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -1009,8 +1009,8 @@ void indexer_topk(const IndexerArgs& a, void* workspace, size_t workspace_bytes,
             default: launch_score<0>(a, t_begin, scores, stream); break;
         }
     }
-    launch(indexer_select_kernel, unsigned(a.T), kSelectThreads, 0, stream, static_cast<const float*>(workspace), a.n_rows,
-                                                                        a.pos0, a.ratio, a.top_k, a.picked, a.n_picked);
+    launch(indexer_select_kernel, unsigned(a.T), kSelectThreads, 0, stream, static_cast<const float*>(workspace),
+           a.n_rows, a.pos0, a.ratio, a.top_k, a.picked, a.n_picked);
     DSV4_LAUNCH_CHECK();
 }
 

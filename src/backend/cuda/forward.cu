@@ -393,7 +393,7 @@ void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& L, MlpType mlp, c
     if (sharded_ && N > 0) {
         int32_t* local = i("ids_local", N);
         launch(local_expert_ids_kernel, unsigned(ceil_div(N, 256)), 256, 0, S,
-            ids, N, int(shard_.plan.experts.begin), int(shard_.plan.experts.end), local);
+               ids, N, int(shard_.plan.experts.begin), int(shard_.plan.experts.end), local);
         DSV4_LAUNCH_CHECK();
         ids = local;
     }

@@ -191,7 +191,8 @@ GemmParams make_params(const DeviceMat& w, const float* x, int64_t ldx, float* y
 
 template <bool EXPERTS>
 void launch(const DeviceMat& w, const GemmParams& p, dim3 grid, cudaStream_t stream) {
-    dispatch_wtype(int(w.type), [&]<int TYPE>() { cuda::launch(gemm_kernel<TYPE, EXPERTS>, grid, kThreads, 0, stream, p); });
+    dispatch_wtype(int(w.type),
+                   [&]<int TYPE>() { cuda::launch(gemm_kernel<TYPE, EXPERTS>, grid, kThreads, 0, stream, p); });
     DSV4_LAUNCH_CHECK();
 }
 

@@ -711,8 +711,8 @@ void launch_q2k_t1(const DeviceMat& w, const MatvecArgs& a, cudaStream_t stream)
     const int64_t per_block = (tiles + slots - 1) / slots, blocks = (tiles + per_block - 1) / per_block;
     if (tiles > INT32_MAX) fail("CUDA matvec: ", tiles, " Q2_K tiles");
     launch(q2k_matvec_t1_kernel, unsigned(blocks), kQ2Warps * 32, 0, stream,
-        w.data, w.matrix_bytes(), w.row_bytes, w.rows, nsb, w.count, a.ids, a.x, a.x_stride, a.y, a.y_stride, a.n,
-        int(tiles_per_prob), int(per_block));
+           w.data, w.matrix_bytes(), w.row_bytes, w.rows, nsb, w.count, a.ids, a.x, a.x_stride, a.y, a.y_stride, a.n,
+           int(tiles_per_prob), int(per_block));
     DSV4_LAUNCH_CHECK();
 }
 
@@ -848,7 +848,7 @@ void launch_tc(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_byte
     if (p.partial) {
         const int64_t total = int64_t(a.n) * a.T * w.rows;
         launch(add_splits_kernel, unsigned(std::min<int64_t>((total + 255) / 256, 4096)), 256, 0, stream,
-            p.partial, pl.nsplit, a.n, a.T, w.rows, a.y, a.ldy, a.y_stride);
+               p.partial, pl.nsplit, a.n, a.T, w.rows, a.y, a.ldy, a.y_stride);
         DSV4_LAUNCH_CHECK();
     }
 }
@@ -930,19 +930,19 @@ void matvec(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t wor
     }
     if (dedicated && wtype(w) == kQ2_K && w4) {  // super-blocks are 84 bytes: word loads need 4-byte rows
         launch(q2k_matvec_kernel, grid, 128, 0, stream, w.data, w.matrix_bytes(), w.row_bytes, w.rows, w.cols, w.count,
-                                                    a.ids, a);
+               a.ids, a);
         DSV4_LAUNCH_CHECK();
         return;
     }
     if (dedicated && wtype(w) == kF32 && w16 && x16 && w.cols % 4 == 0) {
         launch(f32_matvec_kernel, grid, 128, 0, stream, reinterpret_cast<const float*>(w.data), w.matrix_bytes() / 4,
-                                                    w.row_bytes / 4, w.rows, w.cols, w.count, a.ids, a);
+               w.row_bytes / 4, w.rows, w.cols, w.count, a.ids, a);
         DSV4_LAUNCH_CHECK();
         return;
     }
     dispatch_wtype(wtype(w), [&]<int TYPE>() {
         launch(simple_matvec_kernel<TYPE>, grid, 128, 0, stream, w.data, w.matrix_bytes(), w.row_bytes, w.rows, w.cols,
-                                                             w.count, a.ids, a);
+               w.count, a.ids, a);
     });
     DSV4_LAUNCH_CHECK();
 }

@@ -286,7 +286,7 @@ void q8_0_matvec(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_by
 
     const int64_t lanes = int64_t(P) * a.T * G * 4 * 8;
     launch(pack_x_limbs_kernel, ceil_div(lanes, kThreads), kThreads, 0, stream, a.x, a.ldx, a.x_stride, a.T, nb, G, P,
-                                                                           xl, xs);
+           xl, xs);
     DSV4_LAUNCH_CHECK();
 
     const Q8Plan pl = plan_q8(w, a);

@@ -1098,8 +1098,8 @@ void embed_streams(const DeviceMat& embed, const int32_t* tokens, int64_t T, int
     need(tokens, "embed_streams", "tokens");
     need(X, "embed_streams", "X");
     dispatch_wtype(int(embed.type), [&]<int TYPE>() {
-        launch(embed_kernel<TYPE>, unsigned(T), 256, 0, stream, embed.data, embed.row_bytes, embed.rows, embed.cols, tokens,
-                                                            hc, X);
+        launch(embed_kernel<TYPE>, unsigned(T), 256, 0, stream, embed.data, embed.row_bytes, embed.rows, embed.cols,
+               tokens, hc, X);
     });
     DSV4_LAUNCH_CHECK();
 }
@@ -1180,7 +1180,7 @@ void route(const float* logits, int64_t T, int E, int k, const float* bias, cons
     if (blocks > INT_MAX) fail("CUDA route: ", T, " tokens");
     const size_t smem = tid2eid ? 0 : size_t(kRouteWarps) * 2 * size_t(E) * sizeof(float);
     launch(route_kernel, unsigned(blocks), kRouteWarps * 32, smem, stream, logits, T, E, k, bias, tid2eid, tokens,
-                                                                       routed_scale, ids, weights);
+           routed_scale, ids, weights);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -1236,7 +1236,8 @@ void moe_combine(const float* ys, const int32_t* ids, const float* weights, cons
     if (chunks > 65535) fail("CUDA moe_combine: D = ", D);
     const dim3 grid{unsigned(T), unsigned(chunks)};
     const auto go = [&]<int W, int KMAX>() {
-        launch(moe_combine_kernel<W, KMAX>, grid, kCombineThreads, 0, stream, ys, ids, weights, slot_pos, k, D, shared, out);
+        launch(moe_combine_kernel<W, KMAX>, grid, kCombineThreads, 0, stream, ys, ids, weights, slot_pos, k, D,
+               shared, out);
     };
     if (vec && k <= 8) go.template operator()<4, 8>();
     else if (vec) go.template operator()<4, kMaxTopK>();
