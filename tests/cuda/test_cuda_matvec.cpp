@@ -25,6 +25,7 @@
 #include "backend/cpu/quant.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/matvec_q8_0.h"
 #include "core/error.h"
 
 namespace {
@@ -385,6 +386,57 @@ TEST(CudaMatvec, TensorPathIsDeterministic) {
         }
         EXPECT_EQ(std::memcmp(y1.data(), y2.data(), ny * 4), 0);
         for (float v : y1) ASSERT_TRUE(std::isfinite(v));
+    }
+}
+
+// x packed once (q8_0_pack_x) for several Q8_0 matrices that read it: bitwise what each
+// matvec's own pack gives, at T = 1 and 4 with a padded row stride; a packed x made from another
+// input or shape is refused, naming it.
+TEST(CudaMatvec, PackedXOnceEqualsEachOwnPack) {
+    REQUIRE_DEVICE();
+    const int64_t cols = 4096, ldx = cols + 32;
+    for (int T : {1, 4}) {
+        SCOPED_TRACE("T " + std::to_string(T));
+        std::vector<float> x = make_x(1, T, cols, ldx);
+        cuda::DeviceBuffer dx(x.size() * 4);
+        dx.upload(x.data(), x.size() * 4);
+        cuda::DeviceBuffer packed(cuda::q8_0_packed_x_bytes(cols, T));
+        const cuda::PackedX px = cuda::q8_0_pack_x(dx.as<const float>(), ldx, cols, T, packed.get(), nullptr);
+        for (int64_t rows : {512, 1000}) {
+            HostStack w = make_weights(TensorType::Q8_0, rows, cols, 1);
+            cuda::DeviceWeight dw = cuda::upload(w.stack.first);
+            const size_t ny = size_t(T) * size_t(rows);
+            cuda::DeviceBuffer dy(ny * 4);
+            cuda::MatvecArgs a;
+            a.x = dx.as<const float>();
+            a.ldx = ldx;
+            a.T = T;
+            a.y = dy.as<float>();
+            a.ldy = rows;
+            std::vector<float> own(ny), shared(ny);
+            const size_t wsb = cuda::matvec_workspace_bytes(dw.mat, a);
+            ASSERT_GT(wsb, 0u);
+            cuda::DeviceBuffer ws(wsb);
+            dy.fill_bytes(0xff);
+            cuda::matvec(dw.mat, a, ws.get(), wsb);
+            cuda::synchronize();
+            dy.download(own.data(), ny * 4);
+            a.packed = px;
+            EXPECT_EQ(cuda::matvec_workspace_bytes(dw.mat, a), 0u);
+            dy.fill_bytes(0xff);
+            cuda::matvec(dw.mat, a, nullptr, 0);
+            cuda::synchronize();
+            dy.download(shared.data(), ny * 4);
+            EXPECT_EQ(std::memcmp(own.data(), shared.data(), ny * 4), 0) << "rows " << rows;
+            for (float v : shared) ASSERT_TRUE(std::isfinite(v));
+            a.x = dx.as<const float>() + 32;  // another input than the one packed
+            try {
+                cuda::matvec(dw.mat, a, nullptr, 0);
+                ADD_FAILURE() << "a packed x of another input was taken";
+            } catch (const dsv4::Error& e) {
+                EXPECT_NE(std::string(e.what()).find("packed x"), std::string::npos) << e.what();
+            }
+        }
     }
 }
 

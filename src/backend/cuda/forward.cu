@@ -8,6 +8,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/device_query.h"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/matvec_q8_0.h"
 #include "backend/cuda/ops.h"
 #include "core/trace.h"
 
@@ -107,6 +108,17 @@ CudaBackend::~CudaBackend() {
     if (side_stream_) cudaStreamDestroy(side_stream_);
 }
 
+GemmOptions CudaBackend::packed(const float* x, int64_t cols, int64_t T, const char* slot,
+                                const std::vector<const DeviceMat*>& readers) const {
+    GemmOptions o;
+    if (T > kQ8Int8MaxTokens) return o;
+    bool wanted = false;
+    for (const DeviceMat* w : readers) wanted |= w->cols == cols && w->rows > 0 && q8_0_matvec_supported(*w);
+    if (wanted) o.packed = q8_0_pack_x(x, cols, cols, int(T), bytes(slot, q8_0_packed_x_bytes(cols, int(T))),
+                                       forward_stream());
+    return o;
+}
+
 Stream CudaBackend::fork() const {
     const Stream S = forward_stream();
     if (!side_) return S;
@@ -172,7 +184,7 @@ CudaState& CudaBackend::state_of(State& st, const ModelConfig& c) const {
 
 void CudaBackend::compress(DeviceCompressorState& s, const DeviceCompressor& w, const float* a, int64_t T,
                            const float* inv_freq, int rope_dim, float eps, const char* slot_kv,
-                           const char* slot_gate, Stream S, GemmWorkspace& ws) const {
+                           const char* slot_gate, Stream S, GemmWorkspace& ws, const GemmOptions& packed_a) const {
     const int64_t cw = s.cw(), m = s.ratio, nb = s.n_buf, total = nb + T;
     topology_ += nb ? 'b' : '-';
     topology_ += (total / m) ? 'w' : '-';
@@ -181,8 +193,8 @@ void CudaBackend::compress(DeviceCompressorState& s, const DeviceCompressor& w, 
     float* gate = f(slot_gate, total * cw);
     copy_d2d(kv, s.buf_kv.get(), size_t(nb * cw) * sizeof(float), S);
     copy_d2d(gate, s.buf_gate.get(), size_t(nb * cw) * sizeof(float), S);
-    gemm(w.kv.mat, a, cfg_.hidden, T, kv + nb * cw, cw, ws, S);
-    gemm(w.gate.mat, a, cfg_.hidden, T, gate + nb * cw, cw, ws, S);
+    gemm(w.kv.mat, a, cfg_.hidden, T, kv + nb * cw, cw, ws, S, packed_a);
+    gemm(w.gate.mat, a, cfg_.hidden, T, gate + nb * cw, cw, ws, S, packed_a);
     const int64_t nwin = total / m;
     if (nwin > 0) {
         s.reserve_rows(s.n_rows + nwin);
@@ -233,6 +245,11 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
     const AttnType type = c.attn[size_t(l)];
     const float* inv = type == AttnType::Sliding ? w_.rope_main.f() : w_.rope_compress.f();
 
+    // `a` feeds up to seven Q8_0 matvecs: its int8 limbs once for all of them.
+    std::vector<const DeviceMat*> readers = {&L.q_a.mat, &L.kv.mat};
+    if (type != AttnType::Sliding) readers.insert(readers.end(), {&L.comp.kv.mat, &L.comp.gate.mat});
+    if (type == AttnType::CSA) readers.insert(readers.end(), {&L.idx_comp.kv.mat, &L.idx_comp.gate.mat, &L.idx_proj.mat});
+    const GemmOptions pa = packed(a, D, T, "a_packed", readers);
     // The key/value path (the latent row, the compressors, the indexer weights) reads only `a`
     // and the state: it runs on the side stream while the query path runs here.
     const Stream K = fork();
@@ -244,27 +261,28 @@ void CudaBackend::attention(const ModelConfig& c, int l, const DeviceLayer& L, c
     float* cat = f("cat", (nw + T) * d);
     copy_d2d(cat, st.window.get(), size_t(nw * d) * sizeof(float), K);
     float* kv = cat + nw * d;
-    gemm(L.kv.mat, a, D, T, kv, d, kws, K);
+    gemm(L.kv.mat, a, D, T, kv, d, kws, K, pa);
     rmsnorm_rope(kv, T, d, L.kv_norm.f(), eps, 1, pos0, inv, R, K);
-    if (type != AttnType::Sliding) compress(st.comp, L.comp, a, T, inv, R, eps, "comp_kv", "comp_gate", K, kws);
+    if (type != AttnType::Sliding) compress(st.comp, L.comp, a, T, inv, R, eps, "comp_kv", "comp_gate", K, kws, pa);
     const int IH = c.index_heads, Id = c.index_head_dim;
     float *qi = nullptr, *wi = nullptr;
     if (type == AttnType::CSA) {
-        compress(st.idx, L.idx_comp, a, T, inv, R, eps, "idx_kv", "idx_gate", K, kws);
+        compress(st.idx, L.idx_comp, a, T, inv, R, eps, "idx_kv", "idx_gate", K, kws, pa);
         wi = f("wi", T * IH);
-        gemm(L.idx_proj.mat, a, D, T, wi, IH, kws, K);
+        gemm(L.idx_proj.mat, a, D, T, wi, IH, kws, K, pa);
         scale_inplace(wi, T * IH, float(std::pow(double(IH), -0.5)), K);
     }
 
     float* qr = f("qr", T * c.q_lora);
-    gemm(L.q_a.mat, a, D, T, qr, c.q_lora, ws_, S);
+    gemm(L.q_a.mat, a, D, T, qr, c.q_lora, ws_, S, pa);
     rmsnorm(qr, T, c.q_lora, L.q_a_norm.f(), eps, S);
+    const GemmOptions pqr = packed(qr, c.q_lora, T, "qr_packed", {&L.q_b.mat, &L.idx_q_b.mat});
     float* q = f("q", T * Hd);
-    gemm(L.q_b.mat, qr, c.q_lora, T, q, Hd, ws_, S);
+    gemm(L.q_b.mat, qr, c.q_lora, T, q, Hd, ws_, S, pqr);
     rmsnorm_rope(q, T * H, d, nullptr, eps, H, pos0, inv, R, S);  // per head; the heads of a token share pos
     if (type == AttnType::CSA) {
         qi = f("qi", T * IH * Id);
-        gemm(L.idx_q_b.mat, qr, c.q_lora, T, qi, int64_t(IH) * Id, ws_, S);
+        gemm(L.idx_q_b.mat, qr, c.q_lora, T, qi, int64_t(IH) * Id, ws_, S, pqr);
         rope(qi, T * IH, Id, Id, IH, pos0, inv, R, false, S);
     }
     join();
@@ -369,13 +387,14 @@ void CudaBackend::moe(const ModelConfig& c, const DeviceLayer& L, MlpType mlp, c
     const int64_t Is = sharded_ ? shard_.plan.shared_cols.size() : I;
     float* sy = f("sy", T * D);
     {
+        const GemmOptions px = Is > 0 ? packed(x, D, T, "x_packed", {&L.gate_sh.mat, &L.up_sh.mat}) : GemmOptions{};
         const Stream Z = fork();
         GemmWorkspace& zws = side_ws();
         if (Is > 0) {
             float* sg = f("sg", T * Is);
             float* su = f("su", T * Is);
-            gemm(L.gate_sh.mat, x, D, T, sg, Is, zws, Z);
-            gemm(L.up_sh.mat, x, D, T, su, Is, zws, Z);
+            gemm(L.gate_sh.mat, x, D, T, sg, Is, zws, Z, px);
+            gemm(L.up_sh.mat, x, D, T, su, Is, zws, Z, px);
             swiglu(sg, su, T * Is, limit, Z);
             gemm(L.down_sh.mat, sg, Is, T, sy, D, zws, Z);
         } else {

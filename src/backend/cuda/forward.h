@@ -86,7 +86,11 @@ private:
                    int64_t band, DeviceLayerState& st, float* out) const;
     void compress(DeviceCompressorState& s, const DeviceCompressor& w, const float* a, int64_t T, const float* inv_freq,
                   int rope_dim, float eps, const char* slot_kv, const char* slot_gate, Stream S,
-                  GemmWorkspace& ws) const;
+                  GemmWorkspace& ws, const GemmOptions& packed_a) const;
+    // x [T, cols] packed once into scratch `slot` for the int8 Q8_0 matvecs among `readers` that
+    // read it (each would pack it again); empty options when none of them takes that kernel.
+    GemmOptions packed(const float* x, int64_t cols, int64_t T, const char* slot,
+                       const std::vector<const DeviceMat*>& readers) const;
     // Independent paths of a layer (the attention's key/value and compressor path beside its
     // query path, the shared expert beside the routed experts) run on a side stream: fork()
     // returns it, ordered after the work queued so far on the forward stream, and join() orders

@@ -272,6 +272,7 @@ void gemm(const DeviceMat& w, const float* x, int64_t ldx, int64_t T, float* y, 
         a.y = y;
         a.ldy = ldy;
         a.n = 1;
+        a.packed = opt.packed;
         const size_t bytes = matvec_workspace_bytes(w, a);
         void* buf = bytes ? ws.get(bytes) : nullptr;
         matvec(w, a, buf, bytes, stream);

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/matvec.h"
 
 namespace dsv4::cuda {
 
@@ -38,6 +39,7 @@ enum class GemmPath { Auto, Simt, Tensor };
 // (throws on a weight it does not take).
 struct GemmOptions {
     GemmPath path = GemmPath::Auto;
+    PackedX packed;  // x's int8 limbs, for a matvec-sized Q8_0 product (matvec.h)
 };
 
 // Whether the tensor path takes this weight (type Q8_0, cols % 32 == 0).

@@ -32,6 +32,17 @@ namespace dsv4::cuda {
 
 constexpr int kMaxMatvecTokens = 8;
 
+// x already split into the int8 kernel's limbs by q8_0_pack_x (matvec_q8_0.h): Q8_0 matrices
+// that the int8 kernel takes and that read this same x then skip their own pack launch (the
+// attention's input feeds up to seven of them). The x, ldx, cols and T it was made from are
+// checked against each use.
+struct PackedX {
+    const void* data = nullptr;  // null: none
+    const float* x = nullptr;
+    int64_t ldx = 0, cols = 0;
+    int T = 0;
+};
+
 // One call computes n problems. Problem p multiplies matrix ids[p] of w (ids null: matrix p)
 // with its T input rows and writes its T output rows. All pointers are device pointers.
 struct MatvecArgs {
@@ -45,6 +56,7 @@ struct MatvecArgs {
     int n = 1;
     const int32_t* ids = nullptr;  // [n] matrix index per problem, each in [0, w.count); an index
                                    // outside that range makes that problem's outputs NaN
+    PackedX packed;                // used by the int8 Q8_0 kernel only (one input: x_stride 0)
 };
 
 enum class MatvecPath { Auto, Simple, Tensor };

@@ -269,25 +269,58 @@ bool q8_0_matvec_supported(const DeviceMat& w) {
 }
 
 size_t q8_0_matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a) {
+    if (a.packed.data) return 0;
     const size_t inputs = a.x_stride ? size_t(a.n) : 1;
     return inputs * size_t(a.T) * size_t(groups(w.cols)) * (kGroupLimbBytes + 4 * sizeof(float));
 }
 
+size_t q8_0_packed_x_bytes(int64_t cols, int T) {
+    return size_t(T) * size_t(groups(cols)) * (kGroupLimbBytes + 4 * sizeof(float));
+}
+
+namespace {
+void launch_pack(const float* x, int64_t ldx, int64_t x_stride, int T, int64_t cols, int P, uint8_t* xl, float* xs,
+                 Stream stream) {
+    const int G = int(groups(cols)), nb = int(cols / 32);
+    const int64_t lanes = int64_t(P) * T * G * 4 * 8;
+    launch(pack_x_limbs_kernel, ceil_div(lanes, kThreads), kThreads, 0, stream, x, ldx, x_stride, T, nb, G, P, xl, xs);
+    DSV4_LAUNCH_CHECK();
+}
+}  // namespace
+
+PackedX q8_0_pack_x(const float* x, int64_t ldx, int64_t cols, int T, void* out, Stream stream) {
+    if (!x || !out || (reinterpret_cast<uintptr_t>(out) & 15)) fail("CUDA q8_0_pack_x: null x or unaligned output");
+    if (T < 1 || T > kMaxMatvecTokens || cols <= 0 || cols % 32 || (T > 1 && ldx < cols))
+        fail("CUDA q8_0_pack_x: T = ", T, ", cols = ", cols, ", ldx = ", ldx);
+    uint8_t* xl = static_cast<uint8_t*>(out);
+    launch_pack(x, ldx, 0, T, cols, 1, xl, reinterpret_cast<float*>(xl + size_t(T) * groups(cols) * kGroupLimbBytes),
+                stream);
+    return PackedX{out, x, ldx, cols, T};
+}
+
 void q8_0_matvec(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_bytes, Stream stream) {
-    const size_t need = q8_0_matvec_workspace_bytes(w, a);
-    if (!ws || ws_bytes < need || (reinterpret_cast<uintptr_t>(ws) & 15))
-        fail("CUDA matvec: Q8_0 needs a 16-byte aligned workspace of ", need, " bytes, got ", ws_bytes);
     if (a.n > 65535) fail("CUDA matvec: ", a.n, " problems");
     const int G = int(groups(w.cols)), nb = int(w.cols / 32);
     const int P = a.x_stride ? a.n : 1;
-    const size_t limb_bytes = size_t(P) * a.T * G * kGroupLimbBytes;
-    uint8_t* xl = static_cast<uint8_t*>(ws);
-    float* xs = reinterpret_cast<float*>(xl + limb_bytes);
-
-    const int64_t lanes = int64_t(P) * a.T * G * 4 * 8;
-    launch(pack_x_limbs_kernel, ceil_div(lanes, kThreads), kThreads, 0, stream, a.x, a.ldx, a.x_stride, a.T, nb, G, P,
-           xl, xs);
-    DSV4_LAUNCH_CHECK();
+    const uint8_t* xl = nullptr;
+    const float* xs = nullptr;
+    if (a.packed.data) {
+        const PackedX& k = a.packed;
+        if (a.x_stride || k.x != a.x || k.cols != w.cols || k.T != a.T || (a.T > 1 && k.ldx != a.ldx))
+            fail("CUDA matvec: the packed x (", k.T, " x ", k.cols, ") was made from another input than this product's (",
+                 a.T, " x ", w.cols, ")");
+        xl = static_cast<const uint8_t*>(k.data);
+        xs = reinterpret_cast<const float*>(xl + size_t(a.T) * G * kGroupLimbBytes);
+    } else {
+        const size_t need = q8_0_matvec_workspace_bytes(w, a);
+        if (!ws || ws_bytes < need || (reinterpret_cast<uintptr_t>(ws) & 15))
+            fail("CUDA matvec: Q8_0 needs a 16-byte aligned workspace of ", need, " bytes, got ", ws_bytes);
+        uint8_t* wxl = static_cast<uint8_t*>(ws);
+        float* wxs = reinterpret_cast<float*>(wxl + size_t(P) * a.T * G * kGroupLimbBytes);
+        launch_pack(a.x, a.ldx, a.x_stride, a.T, w.cols, P, wxl, wxs, stream);
+        xl = wxl;
+        xs = wxs;
+    }
 
     const Q8Plan pl = plan_q8(w, a);
     Q8Params p{};

@@ -1,6 +1,6 @@
 // The Q8_0 path of matvec (matvec.h) for T <= kQ8Int8MaxTokens: int8 tensor cores over the
 // device layout of q8_0_device.h, x as int8 limbs packed by a first small launch into the
-// workspace. It takes every T up to kMaxMatvecTokens (the tests run it there too), but above
+// workspace (or once, by q8_0_pack_x, for several matrices that read the same x). It takes every T up to kMaxMatvecTokens (the tests run it there too), but above
 // kQ8Int8MaxTokens matvec takes the 16-bit tensor kernel, which is faster there: the int8 one
 // issues 8 MMAs per 128 columns whatever T is, and its x limbs grow with T.
 #pragma once
@@ -21,6 +21,12 @@ bool q8_0_matvec_supported(const DeviceMat& w);
 // of limbs and 4 float scales.
 size_t q8_0_matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a);
 
+// 0 when a.packed holds x already (checked in q8_0_matvec).
 void q8_0_matvec(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_bytes, Stream stream);
+
+// x [T, cols] (row stride ldx) packed once for several Q8_0 matvecs with cols columns
+// (MatvecArgs::packed): into out, q8_0_packed_x_bytes(cols, T) bytes, 16-byte aligned.
+size_t q8_0_packed_x_bytes(int64_t cols, int T);
+PackedX q8_0_pack_x(const float* x, int64_t ldx, int64_t cols, int T, void* out, Stream stream);
 
 }  // namespace dsv4::cuda
