@@ -145,8 +145,8 @@ nlohmann::json switches_json() {
     // The environment switches that change which kernels or threads run (docs/TOOLS.md); a
     // receipt names those that are set, since its command line does not show them.
     nlohmann::json j = nlohmann::json::object();
-    for (const char* name : {"DSV4_CUDA_GRAPHS", "DSV4_CUDA_PRECAPTURE", "DSV4_CUDA_PDL", "DSV4_CUDA_SIDE", "DSV4_GEMM_PATH",
-                             "DSV4_THREADS"})
+    for (const char* name : {"DSV4_CUDA_GRAPHS", "DSV4_CUDA_PRECAPTURE", "DSV4_CUDA_PDL", "DSV4_CUDA_SIDE",
+                             "DSV4_CUDA_PACK_ONCE", "DSV4_GEMM_PATH", "DSV4_THREADS"})
         if (const char* v = std::getenv(name)) j[name] = v;
     return j;
 }

@@ -215,14 +215,15 @@ TEST(CudaGraphs, DecodeEqualsPlainLaunchesBitwise) {
 }
 
 // The side stream (docs/CUDA.md, "Launch overlap") runs the attention's key/value path and the
-// shared expert beside the rest of the layer; with DSV4_CUDA_SIDE=0 the same kernels run on one
-// stream: bitwise the same logits, captured (decode, verification) and plain (prefill chunks).
+// shared expert beside the rest of the layer (DSV4_CUDA_SIDE=1); without it the same kernels run
+// on one stream: bitwise the same logits, captured (decode, verification) and plain (prefill).
 TEST(CudaStreams, SidePathEqualsOneStreamBitwise) {
     REQUIRE_DEVICE();
     for (const char* name : {"long_seq", "mini_flash"}) {
         SCOPED_TRACE(name);
         test::TempDir tmp;
         const std::string path = test::convert_fixture(name, tmp.path());
+        setenv("DSV4_CUDA_SIDE", "1", 1);
         Model forked(path, "cuda");
         setenv("DSV4_CUDA_SIDE", "0", 1);
         Model one(path, "cuda");

@@ -901,9 +901,9 @@ void launch_split(const SparseAttnArgs& a, const SplitPlan& p, void* workspace, 
     // The combine's launch overlaps the split kernel's run (it waits in grid_begin).
     const size_t combine_smem =
         (size_t(3 * p.splits + 3) & ~size_t(3)) * sizeof(float) + size_t(kCombineGroups) * a.width * sizeof(float);
-    launch(sparse_attn_combine_kernel, dim3(unsigned(a.H), unsigned(a.T)), dim3(unsigned(kCombineGroups * a.width / 4)),
-           combine_smem, stream, a, p.rows, p.splits, static_cast<const float*>(ws_acc),
-           static_cast<const float2*>(ws_ml));
+    launch_pdl(sparse_attn_combine_kernel, dim3(unsigned(a.H), unsigned(a.T)), dim3(unsigned(kCombineGroups * a.width / 4)),
+               combine_smem, stream, a, p.rows, p.splits, static_cast<const float*>(ws_acc),
+               static_cast<const float2*>(ws_ml));
 }
 
 template <int NC>

@@ -102,15 +102,18 @@ __device__ __forceinline__ void grid_begin() {
     allow_dependents();
 }
 
-// Whether launch() asks for programmatic dependent launch: on unless DSV4_CUDA_PDL=0 (read once).
+// Whether launch() asks for programmatic dependent launch: only with DSV4_CUDA_PDL=1 (read once)
+// until a device run has measured it (docs/CUDA.md, "Launch overlap"). launch_pdl() always does:
+// the two launches that were dependent before every kernel could be (the int8 matvec after its
+// pack, the split attention's combine).
 bool pdl_enabled();
 
 // A forward kernel's launch (every kernel so launched begins with grid_begin(), or waits with
 // grid_dependency_wait() before its first dependent access). launch_ex adds up to two launch
 // attributes (a cluster shape).
 template <class... Params, class... Args>
-void launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-            const cudaLaunchAttribute* extra, int n_extra, Args&&... args) {
+void launch_with(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                 const cudaLaunchAttribute* extra, int n_extra, Args&&... args) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -119,7 +122,7 @@ void launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cu
     cudaLaunchAttribute attrs[3] = {};
     int n = 0;
     for (int i = 0; i < n_extra && i < 2; ++i) attrs[n++] = extra[i];
-    if (pdl_enabled()) {
+    if (pdl) {
         attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attrs[n].val.programmaticStreamSerializationAllowed = 1;
         ++n;
@@ -128,6 +131,16 @@ void launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cu
     cfg.numAttrs = unsigned(n);
     DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
+template <class... Params, class... Args>
+void launch_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+               const cudaLaunchAttribute* extra, int n_extra, Args&&... args) {
+    launch_with(pdl_enabled(), kernel, grid, block, smem, stream, extra, n_extra, std::forward<Args>(args)...);
+}
+template <class... Params, class... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+    launch_with(true, kernel, grid, block, smem, stream, nullptr, 0, std::forward<Args>(args)...);
+}
+
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
     launch_ex(kernel, grid, block, smem, stream, nullptr, 0, std::forward<Args>(args)...);

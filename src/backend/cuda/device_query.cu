@@ -37,7 +37,7 @@ const DeviceLimits& device_limits() {
 bool pdl_enabled() {
     static const bool on = [] {
         const char* v = std::getenv("DSV4_CUDA_PDL");
-        return !(v && std::strcmp(v, "0") == 0);
+        return v && std::strcmp(v, "1") == 0;
     }();
     return on;
 }

@@ -79,8 +79,11 @@ CudaBackend::CudaBackend(const ModelConfig& c, DeviceModelWeights w, const Shard
     graphs_ = !(g && std::string(g) == "0");
     const char* pc = std::getenv("DSV4_CUDA_PRECAPTURE");
     precapture_ = !(pc && std::string(pc) == "0");
+    // Off until a device run has measured them (docs/CUDA.md, "Launch overlap").
     const char* sd = std::getenv("DSV4_CUDA_SIDE");
-    side_ = !(sd && std::string(sd) == "0");
+    side_ = sd && std::string(sd) == "1";
+    const char* po = std::getenv("DSV4_CUDA_PACK_ONCE");
+    pack_once_ = po && std::string(po) == "1";
     if (shard) {
         if (!shard->comm || shard->comm->size() != shard->plan.ranks || shard->comm->rank() != shard->plan.rank)
             fail("CUDA shard: the plan (rank ", shard->plan.rank, " of ", shard->plan.ranks,
@@ -111,7 +114,7 @@ CudaBackend::~CudaBackend() {
 GemmOptions CudaBackend::packed(const float* x, int64_t cols, int64_t T, const char* slot,
                                 const std::vector<const DeviceMat*>& readers) const {
     GemmOptions o;
-    if (T > kQ8Int8MaxTokens) return o;
+    if (!pack_once_ || T > kQ8Int8MaxTokens) return o;
     bool wanted = false;
     for (const DeviceMat* w : readers) wanted |= w->cols == cols && w->rows > 0 && q8_0_matvec_supported(*w);
     if (wanted) o.packed = q8_0_pack_x(x, cols, cols, int(T), bytes(slot, q8_0_packed_x_bytes(cols, int(T))),

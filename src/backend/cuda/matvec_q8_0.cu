@@ -258,7 +258,7 @@ Q8Plan plan_q8(const DeviceMat& w, const MatvecArgs& a) {
 
 template <int T>
 void launch_main(const Q8Params& p, const Q8Plan& pl, int n, cudaStream_t stream) {
-    launch(q8_matvec_kernel<T>, dim3(unsigned(pl.grid), unsigned(n), 1), dim3(kThreads), 0, stream, p);
+    launch_pdl(q8_matvec_kernel<T>, dim3(unsigned(pl.grid), unsigned(n), 1), dim3(kThreads), 0, stream, p);
 }
 
 }  // namespace
