@@ -120,8 +120,9 @@ void launch_with(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, siz
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cudaLaunchAttribute attrs[3] = {};
+    if (n_extra < 0 || n_extra > 2) fail("CUDA launch: ", n_extra, " extra launch attributes (at most 2)");
     int n = 0;
-    for (int i = 0; i < n_extra && i < 2; ++i) attrs[n++] = extra[i];
+    for (int i = 0; i < n_extra; ++i) attrs[n++] = extra[i];
     if (pdl) {
         attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attrs[n].val.programmaticStreamSerializationAllowed = 1;

@@ -34,11 +34,13 @@ const DeviceLimits& device_limits() {
     return limits;
 }
 
+bool env_switch(const char* name, bool by_default) {
+    const char* v = std::getenv(name);
+    return v && std::strcmp(v, by_default ? "0" : "1") == 0 ? !by_default : by_default;
+}
+
 bool pdl_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("DSV4_CUDA_PDL");
-        return v && std::strcmp(v, "1") == 0;
-    }();
+    static const bool on = env_switch("DSV4_CUDA_PDL", false);
     return on;
 }
 

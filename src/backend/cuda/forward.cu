@@ -75,15 +75,11 @@ __global__ void redirect_left_out_kernel(int32_t* slot_pos, int64_t N, int32_t z
 
 CudaBackend::CudaBackend(const ModelConfig& c, DeviceModelWeights w, const Shard* shard)
     : cfg_(c), mtp_cfg_(mtp_block_config(c)), w_(std::move(w)), device_(device_name()) {
-    const char* g = std::getenv("DSV4_CUDA_GRAPHS");
-    graphs_ = !(g && std::string(g) == "0");
-    const char* pc = std::getenv("DSV4_CUDA_PRECAPTURE");
-    precapture_ = !(pc && std::string(pc) == "0");
+    graphs_ = env_switch("DSV4_CUDA_GRAPHS", true);
+    precapture_ = env_switch("DSV4_CUDA_PRECAPTURE", true);
     // Off until a device run has measured them (docs/CUDA.md, "Launch overlap").
-    const char* sd = std::getenv("DSV4_CUDA_SIDE");
-    side_ = sd && std::string(sd) == "1";
-    const char* po = std::getenv("DSV4_CUDA_PACK_ONCE");
-    pack_once_ = po && std::string(po) == "1";
+    side_ = env_switch("DSV4_CUDA_SIDE", false);
+    pack_once_ = env_switch("DSV4_CUDA_PACK_ONCE", false);
     if (shard) {
         if (!shard->comm || shard->comm->size() != shard->plan.ranks || shard->comm->rank() != shard->plan.rank)
             fail("CUDA shard: the plan (rank ", shard->plan.rank, " of ", shard->plan.ranks,

@@ -268,21 +268,27 @@ bool q8_0_matvec_supported(const DeviceMat& w) {
            (reinterpret_cast<uintptr_t>(w.data) & 15) == 0;
 }
 
-size_t q8_0_matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a) {
-    if (a.packed.data) return 0;
-    const size_t inputs = a.x_stride ? size_t(a.n) : 1;
-    return inputs * size_t(a.T) * size_t(groups(w.cols)) * (kGroupLimbBytes + 4 * sizeof(float));
-}
-
 size_t q8_0_packed_x_bytes(int64_t cols, int T) {
     return size_t(T) * size_t(groups(cols)) * (kGroupLimbBytes + 4 * sizeof(float));
 }
 
+size_t q8_0_matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a) {
+    if (a.packed.data) return 0;
+    const size_t inputs = a.x_stride ? size_t(a.n) : 1;
+    return inputs * q8_0_packed_x_bytes(w.cols, a.T);
+}
+
 namespace {
-void launch_pack(const float* x, int64_t ldx, int64_t x_stride, int T, int64_t cols, int P, uint8_t* xl, float* xs,
+// The packed x of P inputs x T tokens at xl: their limbs, then their scales.
+const float* packed_scales(const uint8_t* xl, int P, int T, int64_t cols) {
+    return reinterpret_cast<const float*>(xl + size_t(P) * T * groups(cols) * kGroupLimbBytes);
+}
+
+void launch_pack(const float* x, int64_t ldx, int64_t x_stride, int T, int64_t cols, int P, uint8_t* xl,
                  Stream stream) {
     const int G = int(groups(cols)), nb = int(cols / 32);
     const int64_t lanes = int64_t(P) * T * G * 4 * 8;
+    float* xs = const_cast<float*>(packed_scales(xl, P, T, cols));
     launch(pack_x_limbs_kernel, ceil_div(lanes, kThreads), kThreads, 0, stream, x, ldx, x_stride, T, nb, G, P, xl, xs);
     DSV4_LAUNCH_CHECK();
 }
@@ -292,9 +298,7 @@ PackedX q8_0_pack_x(const float* x, int64_t ldx, int64_t cols, int T, void* out,
     if (!x || !out || (reinterpret_cast<uintptr_t>(out) & 15)) fail("CUDA q8_0_pack_x: null x or unaligned output");
     if (T < 1 || T > kMaxMatvecTokens || cols <= 0 || cols % 32 || (T > 1 && ldx < cols))
         fail("CUDA q8_0_pack_x: T = ", T, ", cols = ", cols, ", ldx = ", ldx);
-    uint8_t* xl = static_cast<uint8_t*>(out);
-    launch_pack(x, ldx, 0, T, cols, 1, xl, reinterpret_cast<float*>(xl + size_t(T) * groups(cols) * kGroupLimbBytes),
-                stream);
+    launch_pack(x, ldx, 0, T, cols, 1, static_cast<uint8_t*>(out), stream);
     return PackedX{out, x, ldx, cols, T};
 }
 
@@ -303,24 +307,20 @@ void q8_0_matvec(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_by
     const int G = int(groups(w.cols)), nb = int(w.cols / 32);
     const int P = a.x_stride ? a.n : 1;
     const uint8_t* xl = nullptr;
-    const float* xs = nullptr;
     if (a.packed.data) {
         const PackedX& k = a.packed;
         if (a.x_stride || k.x != a.x || k.cols != w.cols || k.T != a.T || (a.T > 1 && k.ldx != a.ldx))
             fail("CUDA matvec: the packed x (", k.T, " x ", k.cols, ") was made from another input than this product's (",
                  a.T, " x ", w.cols, ")");
         xl = static_cast<const uint8_t*>(k.data);
-        xs = reinterpret_cast<const float*>(xl + size_t(a.T) * G * kGroupLimbBytes);
     } else {
         const size_t need = q8_0_matvec_workspace_bytes(w, a);
         if (!ws || ws_bytes < need || (reinterpret_cast<uintptr_t>(ws) & 15))
             fail("CUDA matvec: Q8_0 needs a 16-byte aligned workspace of ", need, " bytes, got ", ws_bytes);
-        uint8_t* wxl = static_cast<uint8_t*>(ws);
-        float* wxs = reinterpret_cast<float*>(wxl + size_t(P) * a.T * G * kGroupLimbBytes);
-        launch_pack(a.x, a.ldx, a.x_stride, a.T, w.cols, P, wxl, wxs, stream);
-        xl = wxl;
-        xs = wxs;
+        launch_pack(a.x, a.ldx, a.x_stride, a.T, w.cols, P, static_cast<uint8_t*>(ws), stream);
+        xl = static_cast<const uint8_t*>(ws);
     }
+    const float* xs = packed_scales(xl, P, a.T, w.cols);
 
     const Q8Plan pl = plan_q8(w, a);
     Q8Params p{};

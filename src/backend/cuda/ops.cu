@@ -442,42 +442,29 @@ int hc_cluster_size(int64_t T) {
     return c;
 }
 
-// The launch configuration of the hyper-connection kernels: `blocks` blocks of kHcThreads in
-// clusters of C along x, launched as programmatic dependents where `pdl` (they begin with
-// grid_begin). cfg points at attr: not copyable.
-struct HcClusterLaunch {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[2] = {};
-    HcClusterLaunch(int64_t blocks, int C, Stream stream, bool pdl) {
-        cfg.gridDim = dim3(unsigned(blocks));
-        cfg.blockDim = dim3(kHcThreads);
-        cfg.stream = stream;
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = unsigned(C);
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[1].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = pdl ? 2 : 1;
-    }
-    HcClusterLaunch(const HcClusterLaunch&) = delete;
-    HcClusterLaunch& operator=(const HcClusterLaunch&) = delete;
-};
+// The hyper-connection kernels run in clusters of C blocks (of kHcThreads) along x.
+cudaLaunchAttribute hc_cluster(int C) {
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = unsigned(C);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    return attr;
+}
 
 template <bool HEAD>
 void launch_hc(const char* op, const DeviceMat& fn, const HcArgs& a, int64_t T, Stream stream) {
     const int C = hc_cluster_size(T);
     if (T * C > INT_MAX) fail("CUDA ", op, ": ", T, " tokens");
-    HcClusterLaunch hc(T * C, C, stream, pdl_enabled());
-    cudaLaunchConfig_t& cfg = hc.cfg;
+    const cudaLaunchAttribute cluster = hc_cluster(C);
+    const dim3 grid(unsigned(T * C)), block(kHcThreads);
     dispatch_wtype(int(fn.type), [&]<int TYPE>() {
         if (a.rows <= 4) {
-            DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, hc_kernel<TYPE, 4, HEAD>, a));
+            launch_ex(hc_kernel<TYPE, 4, HEAD>, grid, block, 0, stream, &cluster, 1, a);
         } else if (HEAD || a.rows <= 8) {  // hc_head has n <= 8 rows
-            DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, hc_kernel<TYPE, 8, HEAD>, a));
+            launch_ex(hc_kernel<TYPE, 8, HEAD>, grid, block, 0, stream, &cluster, 1, a);
         } else if constexpr (!HEAD) {
-            DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, hc_kernel<TYPE, 24, HEAD>, a));
+            launch_ex(hc_kernel<TYPE, 24, HEAD>, grid, block, 0, stream, &cluster, 1, a);
         }
     });
     DSV4_LAUNCH_CHECK();
@@ -675,10 +662,15 @@ __global__ void __launch_bounds__(kHcThreads) hc_small_kernel(const HcArgs a) {
 // the device can schedule a cluster of 16 of them, else 8 (always possible). Queried once.
 template <class K>
 int hc_small_cluster(K kernel) {
-    HcClusterLaunch query(kHcSmallMaxCluster, kHcSmallMaxCluster, nullptr, false);
+    cudaLaunchAttribute cluster = hc_cluster(kHcSmallMaxCluster);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(kHcSmallMaxCluster);
+    cfg.blockDim = dim3(kHcThreads);
+    cfg.attrs = &cluster;
+    cfg.numAttrs = 1;
     int clusters = 0;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
-        cudaOccupancyMaxActiveClusters(&clusters, kernel, &query.cfg) == cudaSuccess && clusters > 0)
+        cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters > 0)
         return kHcSmallMaxCluster;
     (void)cudaGetLastError();  // a refused query leaves an error behind: not this op's failure
     return kHcMaxCluster;
@@ -688,8 +680,8 @@ template <int TYPE, int G, bool HEAD, bool VEC>
 void launch_hc_small(const HcArgs& a, int64_t T, Stream stream) {
     const auto kernel = hc_small_kernel<TYPE, G, HEAD, VEC>;
     static const int C = hc_small_cluster(kernel);
-    HcClusterLaunch hc(T * C, C, stream, pdl_enabled());
-    DSV4_CUDA_CHECK(cudaLaunchKernelEx(&hc.cfg, kernel, a));
+    const cudaLaunchAttribute cluster = hc_cluster(C);
+    launch_ex(kernel, dim3(unsigned(T * C)), dim3(kHcThreads), 0, stream, &cluster, 1, a);
 }
 
 // Whether hc_small_kernel may read X and y (and an F32 fn) as float4.
