@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 
 #include "backend/cpu/attention.h"
@@ -189,29 +190,31 @@ TEST(CudaState, RecycledMarksRestoreTheirOwnPoint) {
     }
 }
 
-// Decode steps replay as CUDA graphs (captured per step, updated in place); with graphs off
-// (DSV4_CUDA_GRAPHS=0) the same kernels run one launch at a time: bitwise the same logits,
-// through window closes of both compressor kinds.
-TEST(CudaGraphs, DecodeEqualsPlainLaunchesBitwise) {
-    REQUIRE_DEVICE();
-    // long_seq (head_dim 32) takes the one-pass sparse attention; mini_flash (head_dim 64) the
-    // split path with its programmatically dependent combine, which a graph must keep ordered.
+// Bitwise the same logits from two models of each fixture (long_seq: head_dim 32, the one-pass
+// sparse attention; mini_flash: head_dim 64, the split path with its programmatically dependent
+// combine), made with the environment switch `var` at value_a and value_b, at every chunk size.
+void expect_switch_bitwise(const char* var, const char* value_a, const char* value_b,
+                           std::initializer_list<int64_t> chunks) {
     for (const char* name : {"long_seq", "mini_flash"}) {
         SCOPED_TRACE(name);
         test::TempDir tmp;
         const std::string path = test::convert_fixture(name, tmp.path());
-        Model graphed(path, "cuda");
-        setenv("DSV4_CUDA_GRAPHS", "0", 1);
-        Model plain(path, "cuda");
-        unsetenv("DSV4_CUDA_GRAPHS");
+        setenv(var, value_a, 1);
+        Model a(path, "cuda");
+        setenv(var, value_b, 1);
+        Model b(path, "cuda");
+        unsetenv(var);
         auto tokens = test::fixture_tokens(name);
-        EXPECT_EQ(run(graphed, tokens, 1), run(plain, tokens, 1));
-        // Verification-sized steps (2..5 tokens) too.
-        for (int64_t chunk : {2, 5}) {
-            std::vector<float> a = run(graphed, tokens, chunk), b = run(plain, tokens, chunk);
-            EXPECT_EQ(a, b) << "chunk " << chunk;
-        }
+        for (int64_t chunk : chunks) EXPECT_EQ(run(a, tokens, chunk), run(b, tokens, chunk)) << "chunk " << chunk;
     }
+}
+
+// Decode steps replay as CUDA graphs (captured per step, updated in place); with graphs off
+// (DSV4_CUDA_GRAPHS=0) the same kernels run one launch at a time: bitwise the same logits,
+// through window closes of both compressor kinds, at decode and verification sizes (1, 2, 5).
+TEST(CudaGraphs, DecodeEqualsPlainLaunchesBitwise) {
+    REQUIRE_DEVICE();
+    expect_switch_bitwise("DSV4_CUDA_GRAPHS", "1", "0", {1, 2, 5});
 }
 
 // The side stream (docs/CUDA.md, "Launch overlap") runs the attention's key/value path and the
@@ -219,21 +222,7 @@ TEST(CudaGraphs, DecodeEqualsPlainLaunchesBitwise) {
 // on one stream: bitwise the same logits, captured (decode, verification) and plain (prefill).
 TEST(CudaStreams, SidePathEqualsOneStreamBitwise) {
     REQUIRE_DEVICE();
-    for (const char* name : {"long_seq", "mini_flash"}) {
-        SCOPED_TRACE(name);
-        test::TempDir tmp;
-        const std::string path = test::convert_fixture(name, tmp.path());
-        setenv("DSV4_CUDA_SIDE", "1", 1);
-        Model forked(path, "cuda");
-        setenv("DSV4_CUDA_SIDE", "0", 1);
-        Model one(path, "cuda");
-        unsetenv("DSV4_CUDA_SIDE");
-        auto tokens = test::fixture_tokens(name);
-        for (int64_t chunk : {1, 3, 16}) {
-            std::vector<float> a = run(forked, tokens, chunk), b = run(one, tokens, chunk);
-            EXPECT_EQ(a, b) << "chunk " << chunk;
-        }
-    }
+    expect_switch_bitwise("DSV4_CUDA_SIDE", "1", "0", {1, 3, 16});
 }
 
 // A decode step is captured while the one before it runs, for the same state at the next
