@@ -3,7 +3,8 @@
 # of this build, then 8-layer synthetic Flash decode of main (H) against this build (P) with
 # DSV4_CUDA_PDL / DSV4_CUDA_SIDE / DSV4_CUDA_PACK_ONCE off and on, the embedded model, 43 Flash layers where the card
 # holds them, and the ncu decode profile. H and P: tarballs of bench/pack_bins.sh (P with dsv4,
-# test_cuda_model, test_cuda_matvec) in .devbin/, the commit of P in .devbin/commit.
+# test_cuda_model, test_cuda_matvec) in .devbin/, the commit of P in .devbin/commit, of H in
+# .devbin/commit_H (the receipts' commit field).
 #   run: bash bench/launch_overlap_ab.sh   (carry .devbin)
 set -u
 H=/tmp/H; P=/tmp/P
@@ -18,8 +19,9 @@ t0=$(date +%s)
 grep "rc=\|FAILED\|Failure" $OUT/tests.txt | head -20
 echo "tests $(( $(date +%s) - t0 ))s"
 bench() {  # bench NAME BIN PDL SIDE PACK_ONCE ARGS...
-    local name=$1 bin=$2 pdl=$3 side=$4 pack=$5; shift 5
-    DSV4_COMMIT=$C DSV4_CUDA_PDL=$pdl DSV4_CUDA_SIDE=$side DSV4_CUDA_PACK_ONCE=$pack timeout 150 $bin/dsv4 bench "$@" --json $OUT/$name.json > $OUT/$name.log 2>&1
+    local name=$1 bin=$2 pdl=$3 side=$4 pack=$5 commit=$C; shift 5
+    [ "$bin" = "$H" ] && commit=$(cat .devbin/commit_H 2>/dev/null || echo unknown)
+    DSV4_COMMIT=$commit DSV4_CUDA_PDL=$pdl DSV4_CUDA_SIDE=$side DSV4_CUDA_PACK_ONCE=$pack timeout 150 $bin/dsv4 bench "$@" --json $OUT/$name.json > $OUT/$name.log 2>&1
     echo "$name rc=$? $(grep -h 'warm:' $OUT/$name.log | tail -2 | tr '\n' ' ')"
 }
 F8="--synthetic flash --layers 8 --prompt 2048 --gen 64 --repeats 2"

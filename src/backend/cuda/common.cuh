@@ -102,8 +102,8 @@ __device__ __forceinline__ void grid_begin() {
     allow_dependents();
 }
 
-// Whether launch() asks for programmatic dependent launch: only with DSV4_CUDA_PDL=1 (read once)
-// until a device run has measured it (docs/CUDA.md, "Launch overlap"). launch_pdl() always does:
+// Whether launch() asks for programmatic dependent launch: unless DSV4_CUDA_PDL=0 (read once;
+// docs/CUDA.md, "Launch overlap"). launch_pdl() always does:
 // the two launches that were dependent before every kernel could be (the int8 matvec after its
 // pack, the split attention's combine).
 bool pdl_enabled();

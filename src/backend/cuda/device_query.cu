@@ -40,7 +40,7 @@ bool env_switch(const char* name, bool by_default) {
 }
 
 bool pdl_enabled() {
-    static const bool on = env_switch("DSV4_CUDA_PDL", false);
+    static const bool on = env_switch("DSV4_CUDA_PDL", true);
     return on;
 }
 

@@ -77,9 +77,9 @@ CudaBackend::CudaBackend(const ModelConfig& c, DeviceModelWeights w, const Shard
     : cfg_(c), mtp_cfg_(mtp_block_config(c)), w_(std::move(w)), device_(device_name()) {
     graphs_ = env_switch("DSV4_CUDA_GRAPHS", true);
     precapture_ = env_switch("DSV4_CUDA_PRECAPTURE", true);
-    // Off until a device run has measured them (docs/CUDA.md, "Launch overlap").
-    side_ = env_switch("DSV4_CUDA_SIDE", false);
-    pack_once_ = env_switch("DSV4_CUDA_PACK_ONCE", false);
+    // On since the H100 run of 2026-12-07 (docs/CUDA.md, "Launch overlap"); "0" turns each off.
+    side_ = env_switch("DSV4_CUDA_SIDE", true);
+    pack_once_ = env_switch("DSV4_CUDA_PACK_ONCE", true);
     if (shard) {
         if (!shard->comm || shard->comm->size() != shard->plan.ranks || shard->comm->rank() != shard->plan.rank)
             fail("CUDA shard: the plan (rank ", shard->plan.rank, " of ", shard->plan.ranks,

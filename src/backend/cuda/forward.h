@@ -89,14 +89,14 @@ private:
                   GemmWorkspace& ws, const GemmOptions& packed_a) const;
     // x [T, cols] packed once into scratch `slot` for the int8 Q8_0 matvecs among `readers` that
     // read it (each would pack it again); empty options when none of them takes that kernel, or
-    // without DSV4_CUDA_PACK_ONCE=1.
+    // with DSV4_CUDA_PACK_ONCE=0.
     GemmOptions packed(const float* x, int64_t cols, int64_t T, const char* slot,
                        const std::vector<const DeviceMat*>& readers) const;
     // Independent paths of a layer (the attention's key/value and compressor path beside its
     // query path, the shared expert beside the routed experts) run on a side stream: fork()
     // returns it, ordered after the work queued so far on the forward stream, and join() orders
     // the forward stream after the side path (branches of the graph when captured). The side
-    // path uses side_ws_, never ws_. Only with DSV4_CUDA_SIDE=1; else on the forward stream.
+    // path uses side_ws_, never ws_. With DSV4_CUDA_SIDE=0 all on the forward stream.
     Stream fork() const;
     void join() const;
     GemmWorkspace& side_ws() const { return side_ ? side_ws_ : ws_; }
@@ -118,8 +118,8 @@ private:
     mutable std::map<std::string, DeviceBuffer> scratch_;
     mutable GemmWorkspace ws_;
     mutable size_t peak_used_ = 0;
-    bool side_ = false;       // DSV4_CUDA_SIDE=1
-    bool pack_once_ = false;  // DSV4_CUDA_PACK_ONCE=1: packed()
+    bool side_ = true;       // DSV4_CUDA_SIDE (default on)
+    bool pack_once_ = true;  // DSV4_CUDA_PACK_ONCE (default on): packed()
     mutable Stream side_stream_ = nullptr;  // made at the first fork, on this backend's device
     mutable cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
     mutable GemmWorkspace side_ws_;
