@@ -122,7 +122,7 @@ TEST(Bench, InterleavesArmsColdFirstAndIsDeterministic) {
     b.frontier_bands = 1;
     std::vector<int32_t> prompt = bench_prompt(m.config().vocab, nullptr, "", 24, 9);
     int seen = 0;
-    std::vector<BenchRun> runs = bench_interleaved({{&m, a}, {&m, b}}, prompt, 5, 2, [&](const BenchRun&) { ++seen; });
+    std::vector<BenchRun> runs = bench_interleaved({{&m, a, {}}, {&m, b, {}}}, prompt, 5, 2, [&](const BenchRun&) { ++seen; });
     ASSERT_EQ(runs.size(), 6u);
     EXPECT_EQ(seen, 6);
     for (size_t i = 0; i < runs.size(); ++i) {
@@ -137,8 +137,8 @@ TEST(Bench, InterleavesArmsColdFirstAndIsDeterministic) {
         EXPECT_NEAR(runs[i].prefill_tok_s, 24 / runs[i].prefill_s, 1e-6 * runs[i].prefill_tok_s);
         EXPECT_EQ(runs[i].tokens, runs[0].tokens);  // greedy, and chunking is invisible
     }
-    EXPECT_THROW(bench_interleaved({{&m, a}}, prompt, 0, 1), UsageError);
-    EXPECT_THROW(bench_interleaved({{&m, a}}, prompt, 5, 0), UsageError);
+    EXPECT_THROW(bench_interleaved({{&m, a, {}}}, prompt, 0, 1), UsageError);
+    EXPECT_THROW(bench_interleaved({{&m, a, {}}}, prompt, 5, 0), UsageError);
 }
 
 TEST(Bench, PeakHostBytesSeesAnAllocationAndResets) {

@@ -133,7 +133,7 @@ public:
     std::unique_ptr<DeviceState> clone() const override {
         auto c = std::unique_ptr<ShardedState>(new ShardedState());
         for (size_t r = 0; r < ranks_.size(); ++r) {
-            DeviceScope on(int(r));
+            DeviceScope on{int(r)};  // braces: "on(int(r))" would declare a function
             c->ranks_.push_back(ranks_[r]);
         }
         return c;
@@ -141,7 +141,7 @@ public:
     std::shared_ptr<const void> mark() const override {
         auto marks = std::make_shared<std::vector<StateMark>>();
         for (size_t r = 0; r < ranks_.size(); ++r) {
-            DeviceScope on(int(r));
+            DeviceScope on{int(r)};  // braces: "on(int(r))" would declare a function
             marks->push_back(ranks_[r].mark());
         }
         return marks;
@@ -150,7 +150,7 @@ public:
         const auto& marks = *static_cast<const std::vector<StateMark>*>(mark.get());
         if (marks.size() != ranks_.size()) fail("a multi-GPU state mark belongs to another split");
         for (size_t r = 0; r < ranks_.size(); ++r) {
-            DeviceScope on(int(r));
+            DeviceScope on{int(r)};  // braces: "on(int(r))" would declare a function
             ranks_[r].rewind(marks[r]);
         }
     }
