@@ -348,11 +348,14 @@ TEST(ServerMetrics, PrometheusTextCountsRequestsAndTokens) {
     req["ignore_eos"] = true;
     ASSERT_EQ(s.post("/v1/chat/completions", req).status, 200);
     s.post("/v1/chat/completions", std::string("{"));
+    EXPECT_EQ(s.get("/no/such/route").status, 404);
+    // Each request is counted before its answer is sent: scraping right after sees them all.
     Reply m = s.get("/metrics");
     ASSERT_EQ(m.status, 200);
     EXPECT_NE(m.header("Content-Type").find("text/plain"), std::string::npos);
     EXPECT_EQ(s.metric("dsv4_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"}"), 1);
     EXPECT_EQ(s.metric("dsv4_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"}"), 1);
+    EXPECT_EQ(s.metric("dsv4_requests_total{endpoint=\"other\",status=\"404\"}"), 1);
     EXPECT_EQ(s.metric("dsv4_generated_tokens_total"), 4);
     EXPECT_EQ(s.metric("dsv4_queue_depth"), 0);
     EXPECT_GT(s.metric("dsv4_process_resident_bytes"), 1e6);

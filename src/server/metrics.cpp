@@ -10,9 +10,13 @@ namespace dsv4::server {
 
 Metrics::Metrics() = default;
 
-void Metrics::request(const std::string& endpoint, int status, double seconds) {
+void Metrics::answered(const std::string& endpoint, int status) {
     std::lock_guard<std::mutex> lk(m_);
     ++requests_[{endpoint, status}];
+}
+
+void Metrics::duration(double seconds) {
+    std::lock_guard<std::mutex> lk(m_);
     size_t b = 0;
     while (b < kBuckets.size() && seconds > kBuckets[b]) ++b;
     ++latency_buckets_[b];

@@ -30,8 +30,11 @@ class Metrics {
 public:
     Metrics();
 
-    // One HTTP request answered (any endpoint, any status) and how long it took.
-    void request(const std::string& endpoint, int status, double seconds);
+    // One HTTP request answered (any endpoint, any status). Counted before the response is
+    // written, so a client that has its answer always finds it counted.
+    void answered(const std::string& endpoint, int status);
+    // How long a request took, from its arrival to its last byte (a stream ends after the count).
+    void duration(double seconds);
     // One generation that ran (completed, stopped, cancelled or timed out).
     void generation(const ServerTimings& t);
     void prefix_cache(bool hit);

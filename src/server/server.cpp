@@ -152,9 +152,15 @@ void Server::Impl::routes() {
         send_error(res, ApiError(ErrorKind::Internal, "internal error: " + what), dialect_of(req.path));
     });
 
+    // Runs after the error handler and before the response's first byte: the status is final.
+    http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        metrics.answered(endpoint_label(req.path), res.status);
+    });
+
+    // Runs after the response's last byte (a stream's too).
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
         const double s = std::chrono::duration<double>(Clock::now() - t_arrival).count();
-        metrics.request(endpoint_label(req.path), res.status, s);
+        metrics.duration(s);
         if (opt.log) opt.log(cat(req.method, " ", req.path, " ", res.status, " ", int64_t(s * 1000), " ms", t_note));
         t_note.clear();
     });
