@@ -21,6 +21,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -423,15 +424,17 @@ int main(int argc, char** argv) {
                 auto add_dedicated = [&](TensorType type, const cuda::DeviceBuffer& buf, size_t row_bytes,
                                          size_t mat_bytes, int n_copies) {
                     const cuda::DeviceMat m0 = mat_at(buf, type, row_bytes, mat_bytes, 0);
-                    cuda::matvec(m0, args_for(0, y.as<float>()), nullptr, 0, s);
+                    const size_t wsn = cuda::matvec_workspace_bytes(m0, args_for(0, y.as<float>()));
+                    auto wsd = std::make_shared<cuda::DeviceBuffer>(wsn);  // Q2_K's int8 kernel packs x here
+                    cuda::matvec(m0, args_for(0, y.as<float>()), wsd->get(), wsn, s);
                     cuda::matvec(m0, args_for(0, y2.as<float>()), nullptr, 0, s, simple);
                     DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
                     y.download(h1.data(), yn * 4);
                     y2.download(h2.data(), yn * 4);
                     impls.push_back({"dsv4_auto", dsv4::gguf::type_name(type), mat_bytes * sh.active + x_bytes + y_bytes,
-                                     [&, type, row_bytes, mat_bytes, n_copies](int i) {
+                                     [&, type, row_bytes, mat_bytes, n_copies, wsd, wsn](int i) {
                                          cuda::matvec(mat_at(buf, type, row_bytes, mat_bytes, i % n_copies),
-                                                      args_for(i, y.as<float>()), nullptr, 0, s);
+                                                      args_for(i, y.as<float>()), wsd->get(), wsn, s);
                                      },
                                      rel_l2(h1, h2), "rel_l2_vs_dsv4_simple"});
                 };

@@ -7,7 +7,9 @@
 // the dot product, so it stays meaningful when the result itself is near zero), with
 //   tol = 2e-6 on the tensor path with f16 limbs (Q8_0, F16 weights: x kept to 22 bits),
 //   tol = 1e-5 on the tensor path with bf16 limbs (BF16 weights: x kept to 16 bits, 2^-17),
-//   tol = 1e-6 on the simple path (float32 like the reference, another summation order);
+//   tol = 1e-6 on the simple path (float32 like the reference, another summation order) and on
+//           the int8 Q2_K kernel (exact int32 block sums of x limbs kept to 2^-22 of the block's
+//           largest value, then float32 as the simple path);
 // and over the whole output ||cuda - cpu|| / ||cpu|| below 1e-5 (3e-5 for bf16 limbs). A wrong
 // index, a missed block or a race gives errors of the order of the outputs themselves.
 //
@@ -25,7 +27,7 @@
 #include "backend/cpu/quant.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/matvec.h"
-#include "backend/cuda/matvec_q8_0.h"
+#include "backend/cuda/matvec_int8.h"
 #include "core/error.h"
 
 namespace {
@@ -264,7 +266,7 @@ TEST(CudaMatvec, SimplePathMatchesCpuForEveryType) {
     // Plain types need no 32-column blocks: odd column counts (Auto takes the simple path).
     for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16})
         for (int T : {1, 4}) check_case({type, 19, 45, T, 1, {}, true, cuda::MatvecPath::Auto});
-    // Auto for F32, MXFP4 and Q2_K (no tensor path) at a model-like width.
+    // Auto for F32, MXFP4 and Q2_K (its int8 kernel) at a model-like width.
     for (TensorType type : {TensorType::F32, TensorType::MXFP4, TensorType::Q2_K})
         check_case({type, 300, 2048, 2, 1, {}, true, cuda::MatvecPath::Auto});
     // Q2_K rows are whole 256-value super-blocks.
@@ -274,20 +276,21 @@ TEST(CudaMatvec, SimplePathMatchesCpuForEveryType) {
 
 TEST(CudaMatvec, DedicatedKernelsMatchCpu) {
     REQUIRE_DEVICE();
-    // Q2_K at T = 1 on the register kernel: every width it takes (1, 2, 4, 8 slices of 2048
-    // columns), rows that leave partial tiles, expert stacks with shared and own inputs and an
-    // invalid id; pad 4 keeps the inputs 16-byte aligned (the kernel's condition), pad 3 does not
-    // (the general Q2_K kernel then runs).
-    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 2048}, {300, 4096}, {70, 8192}, {5, 16384}})
-        for (int64_t pad : {int64_t(0), int64_t(4), int64_t(3)}) {
-            Case c{TensorType::Q2_K, rows, cols, 1, 1, {}, true, cuda::MatvecPath::Auto};
-            c.pad = pad;
-            check_case(c);
-        }
+    // Q2_K on the int8 kernel (matvec_int8.cu), every T: one super-block, an odd number of them,
+    // model widths; rows that leave partial 16-row tiles and few-row matrices (the warps of a
+    // tile then split its groups); inputs aligned (pad 0) and not (pad 3).
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{5, 256}, {37, 768}, {37, 2048}, {300, 4096}, {70, 8192},
+                              {5, 16384}})
+        for (int T : {1, 2, 3, 5, 8})
+            for (int64_t pad : {int64_t(0), int64_t(3)}) {
+                Case c{TensorType::Q2_K, rows, cols, T, 1, {}, true, cuda::MatvecPath::Auto};
+                c.pad = pad;
+                check_case(c);
+            }
+    // Expert stacks with shared and own inputs and an invalid id (its outputs NaN).
     for (bool shared : {true, false})
-        for (int64_t pad : {int64_t(4), int64_t(3)}) {
-            Case c{TensorType::Q2_K, 96, 4096, 1, 9, {4, 0, 8, -1, 4, 2}, shared, cuda::MatvecPath::Auto};
-            c.pad = pad;
+        for (int T : {1, 4, 8}) {
+            Case c{TensorType::Q2_K, 96, 4096, T, 9, {4, 0, 8, -1, 4, 2}, shared, cuda::MatvecPath::Auto};
             check_case(c);
             c.cols = 2048;
             check_case(c);
@@ -476,9 +479,10 @@ TEST(CudaMatvecArgs, RejectsBadArguments) {
     w.type = TensorType::Q2_K;  // 64 values are not a whole 256-value Q2_K super-block
     w.row_bytes = 84;
     EXPECT_THROW(cuda::matvec_workspace_bytes(w, a), dsv4::Error);
-    w.cols = 256;  // one super-block: the simple path takes it, with no workspace
+    w.cols = 256;  // one super-block: the int8 kernel takes it, with its packed x as workspace
     a.ldx = 256;
-    EXPECT_EQ(cuda::matvec_workspace_bytes(w, a), 0u);
+    EXPECT_GT(cuda::matvec_workspace_bytes(w, a), 0u);
+    EXPECT_EQ(cuda::matvec_workspace_bytes(w, a), cuda::int8_matvec_workspace_bytes(w, a));
     EXPECT_FALSE(cuda::tensor_path_supported(w));
     w.cols = 64;
     a.ldx = 64;

@@ -8,7 +8,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/device_query.h"
 #include "backend/cuda/matvec.h"
-#include "backend/cuda/matvec_q8_0.h"
+#include "backend/cuda/matvec_int8.h"
 #include "backend/cuda/ops.h"
 #include "core/trace.h"
 

@@ -1,5 +1,5 @@
 // y[T, rows] = x[T, cols] · Wᵀ for T <= 8 over weights in their stored format (see matvec.h).
-// Q8_0 at T <= kQ8Int8MaxTokens has its own kernel (matvec_q8_0.cu); this file holds the
+// Q8_0 at T <= kQ8Int8MaxTokens has its own kernel (matvec_int8.cu); this file holds the
 // 16-bit tensor path (F16, BF16, and Q8_0 above that T), the dedicated CUDA-core kernels and
 // the oracle.
 //
@@ -39,7 +39,7 @@
 #include <cooperative_groups.h>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/matvec_q8_0.h"
+#include "backend/cuda/matvec_int8.h"
 
 namespace dsv4::cuda {
 
@@ -474,49 +474,6 @@ __global__ void __launch_bounds__(128) simple_matvec_kernel(const uint8_t* w, si
     write_row(acc, a, prob, row, lane, bad);
 }
 
-// Q2_K rows, one warp per (problem, row): each lane decodes 8 consecutive values of every
-// 256-value super-block (its sub-block's scale and min, 8 two-bit quants from two 4-byte words)
-// instead of one value at a time through load_elem, which re-reads the scales for every value.
-// The values are a * q - m as cpu::dequant_row computes them (no contraction); only the order of
-// the dot product's sums differs.
-__global__ void __launch_bounds__(128) q2k_matvec_kernel(const uint8_t* w, size_t matrix_bytes, size_t row_bytes,
-                                                         int64_t rows, int64_t cols, int64_t count,
-                                                         const int32_t* ids, MatvecArgs a) {
-    grid_begin();
-    const auto [lane, prob, row, mat, bad] = warp_row(ids, count);
-    if (row >= rows) return;
-    float acc[kMaxMatvecTokens] = {};
-    if (!bad) {
-        const uint8_t* wr = w + size_t(mat) * matrix_bytes + size_t(row) * row_bytes;
-        const float* x = a.x + prob * a.x_stride + 8 * lane;
-        const int sub = lane >> 1, qoff = 16 + 32 * (lane >> 4) + 8 * (lane & 3), shift = 2 * ((lane & 15) >> 2);
-        for (int64_t b = 0; b < cols / 256; ++b) {
-            const uint8_t* blk = wr + b * 84;
-            const uint32_t q0 = *reinterpret_cast<const uint32_t*>(blk + qoff) >> shift;
-            const uint32_t q1 = *reinterpret_cast<const uint32_t*>(blk + qoff + 4) >> shift;
-            const uint32_t dd = *reinterpret_cast<const uint32_t*>(blk + 80);
-            const float d = __half2float(__ushort_as_half(uint16_t(dd & 0xffff)));
-            const float dmin = __half2float(__ushort_as_half(uint16_t(dd >> 16)));
-            const uint8_t sc = blk[sub];
-            const float av = __fmul_rn(d, float(sc & 15)), mv = __fmul_rn(dmin, float(sc >> 4));
-            float wv[8];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                wv[j] = __fsub_rn(__fmul_rn(av, float((q0 >> (8 * j)) & 3)), mv);
-                wv[4 + j] = __fsub_rn(__fmul_rn(av, float((q1 >> (8 * j)) & 3)), mv);
-            }
-#pragma unroll
-            for (int n = 0; n < kMaxMatvecTokens; ++n) {
-                if (n >= a.T) break;
-                const float* xs = x + n * a.ldx + b * 256;
-#pragma unroll
-                for (int j = 0; j < 8; ++j) acc[n] += wv[j] * xs[j];
-            }
-        }
-    }
-    write_row(acc, a, prob, row, lane, bad);
-}
-
 // The exact float of a small unsigned integer (v < 2^23) without the int->float conversion
 // unit (a quarter of the FP32 rate, which would bound these kernels below the memory bandwidth):
 // 2^23 + v has v in its low mantissa bits, and subtracting 2^23 is exact.
@@ -895,17 +852,37 @@ bool use_tensor(const DeviceMat& w, MatvecOptions opt) {
 bool int8_q8_0(const DeviceMat& w, const MatvecArgs& a) {
     return w.type == gguf::TensorType::Q8_0 && a.T <= kQ8Int8MaxTokens;
 }
+// Whether the Q2_K register kernel takes this product (T = 1, a width it has slices for, 4-byte
+// rows, 16-byte aligned inputs).
+bool q2k_t1_takes(const DeviceMat& w, const MatvecArgs& a) {
+    const bool x16 = aligned(a.x, 16) && a.x_stride % 4 == 0;
+    const bool w4 = w.row_bytes % 4 == 0 && aligned(w.data, 4);
+    return wtype(w) == kQ2_K && a.T == 1 && x16 && w4 &&
+           (w.cols == 2048 || w.cols == 4096 || w.cols == 8192 || w.cols == 16384);
+}
+// Q2_K takes the int8 kernel on every path but Simple (the oracle), except where the register
+// kernel takes it: at T = 1 that one is faster (H100, 2026-12-07: 8 synthetic Flash layers decoded
+// 308-323 tok/s with the int8 kernel there, 375-383 with this one; the int8 kernel's warp steps
+// of 672 bytes leave too few loads in flight).
+bool int8_q2_k(const DeviceMat& w, const MatvecArgs& a, MatvecOptions opt) {
+    return opt.path != MatvecPath::Simple && q2_k_matvec_supported(w) && !q2k_t1_takes(w, a);
+}
 }  // namespace
 
 size_t matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a, MatvecOptions opt) {
     check_args(w, a);
+    if (int8_q2_k(w, a, opt)) return int8_matvec_workspace_bytes(w, a);
     if (!use_tensor(w, opt)) return 0;
-    return int8_q8_0(w, a) ? q8_0_matvec_workspace_bytes(w, a) : tc_workspace_bytes(w, a, opt.x_smem_limit);
+    return int8_q8_0(w, a) ? int8_matvec_workspace_bytes(w, a) : tc_workspace_bytes(w, a, opt.x_smem_limit);
 }
 
 void matvec(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t workspace_bytes, Stream stream,
             MatvecOptions opt) {
     check_args(w, a);
+    if (int8_q2_k(w, a, opt)) {
+        q2_k_matvec(w, a, workspace, workspace_bytes, stream);
+        return;
+    }
     if (use_tensor(w, opt)) {
         switch (int(w.type)) {
             case kQ8_0:
@@ -922,16 +899,10 @@ void matvec(const DeviceMat& w, const MatvecArgs& a, void* workspace, size_t wor
     if (a.n > 65535) fail("CUDA matvec: ", a.n, " problems");
     const dim3 grid(ceil_div(w.rows, 4), unsigned(a.n));
     const bool dedicated = opt.path != MatvecPath::Simple;
-    const bool w4 = w.row_bytes % 4 == 0 && aligned(w.data, 4), w16 = w.row_bytes % 16 == 0 && aligned(w.data, 16);
+    const bool w16 = w.row_bytes % 16 == 0 && aligned(w.data, 16);
     const bool x16 = aligned(a.x, 16) && a.x_stride % 4 == 0 && (a.T == 1 || a.ldx % 4 == 0);
-    if (dedicated && wtype(w) == kQ2_K && a.T == 1 && x16 && w4 && (w.cols == 2048 || w.cols == 4096 || w.cols == 8192 || w.cols == 16384)) {
+    if (dedicated && q2k_t1_takes(w, a)) {
         launch_q2k_t1(w, a, stream);
-        return;
-    }
-    if (dedicated && wtype(w) == kQ2_K && w4) {  // super-blocks are 84 bytes: word loads need 4-byte rows
-        launch(q2k_matvec_kernel, grid, 128, 0, stream, w.data, w.matrix_bytes(), w.row_bytes, w.rows, w.cols, w.count,
-               a.ids, a);
-        DSV4_LAUNCH_CHECK();
         return;
     }
     if (dedicated && wtype(w) == kF32 && w16 && x16 && w.cols % 4 == 0) {

@@ -4,7 +4,7 @@
 //
 // Two implementations:
 //   Tensor, Q8_0 at T <= kQ8Int8MaxTokens (4): int8 tensor cores over Q8_0's device layout
-//     (matvec_q8_0.h, q8_0_device.h), x split into four int8 limbs per value (exact to 2^-22 of
+//     (matvec_int8.h, q8_0_device.h), x split into four int8 limbs per value (exact to 2^-22 of
 //     its block's largest value), each block's exact int32 limb sums scaled in float32.
 //   Tensor, 16-bit (F16, BF16, Q8_0 above 4 tokens; cols % 32 == 0): weights streamed once
 //     through shared memory with 16-byte asynchronous copies and multiplied on the tensor cores (mma.sync m16n8k16, tokens
@@ -17,10 +17,12 @@
 //   Simple (every type, any whole blocks of cols): one warp per output row, float32 on the CUDA
 //     cores, each value read through load_elem. The oracle for every other path, and the path
 //     for MXFP4 weights.
+//   Int8 tensor cores for Q2_K (matvec_int8.h), taken by Auto and Tensor: the codes times their
+//     sub-block scales as int8 against the same x limbs, and a second set of MMAs for the mins.
 //   Dedicated CUDA-core kernels, taken by Auto (never by Simple): Q2_K at T = 1 with 2048, 4096,
-//     8192 or 16384 columns (a lane keeps 64 inputs in registers across rows and uses
-//     sum (a q - m) x = a sum q x - m sum x per sub-block), Q2_K otherwise (a lane decodes 8
-//     values of a super-block at once), F32 with 16-byte aligned rows and inputs (the router).
+//     8192 or 16384 columns and 16-byte aligned inputs (a lane keeps 64 inputs in registers across
+//     rows and uses sum (a q - m) x = a sum q x - m sum x per sub-block; faster than the int8
+//     kernel there), F32 with 16-byte aligned rows and inputs (the router).
 // docs/PERFORMANCE.md has the design, the measured bandwidth and the receipts.
 #pragma once
 #include <cstddef>
@@ -32,7 +34,7 @@ namespace dsv4::cuda {
 
 constexpr int kMaxMatvecTokens = 8;
 
-// x already split into the int8 kernel's limbs by q8_0_pack_x (matvec_q8_0.h): Q8_0 matrices
+// x already split into the int8 kernel's limbs by q8_0_pack_x (matvec_int8.h): Q8_0 matrices
 // that the int8 kernel takes and that read this same x then skip their own pack launch (the
 // attention's input feeds up to seven of them). The x, ldx, cols and T it was made from are
 // checked against each use.

@@ -1,23 +1,25 @@
-// The Q8_0 decode matvec (T <= 8 tokens) on the int8 tensor cores; the arithmetic and the
-// fragment layouts are in q8_0_device.h, shared with the CPU replay of a warp in
-// tests/test_q8_0_device.cpp.
+// The decode matvec (T <= 8 tokens) on the int8 tensor cores, for Q8_0 (device layout) and Q2_K
+// (GGUF layout) weights; the arithmetic and the fragment layouts are in q8_0_device.h, shared with
+// the CPU replay of a warp in tests/test_q8_0_device.cpp, and the Q2_K differences at Q2Step below.
 //
 // Two launches per product:
 //   1. pack_x_limbs_kernel: x of every token into int8 limbs and a power-of-two scale per
 //      32-column block, in the order the B fragments are read (the workspace). Tiny: T x cols
 //      values.
-//   2. q8_matvec_kernel: weights straight from global memory into registers (two 16-byte loads
-//      per row and block, no shared-memory staging, no dequantisation), 8 MMAs per 16 rows x 128
-//      columns and token. It is launched with programmatic dependent launch: its blocks start
-//      while the pack runs and load their first weights, and wait (griddepcontrol.wait) only
-//      before their first read of the packed x.
+//   2. int8_matvec_kernel: weights straight from global memory into registers (Q8_0: two 16-byte
+//      loads per row and block; Q2_K: the 8 code words, scale word and d/dmin of a row's half
+//      super-block), no shared-memory staging, no dequantisation to floats; 8 MMAs per 16 rows x
+//      128 columns and token (16 for Q2_K: the min codes take a second set). It is launched with
+//      programmatic dependent launch: its blocks start while the pack runs and load their first
+//      weights, and wait (griddepcontrol.wait) only before their first read of the packed x.
 // A block of 8 warps takes 8 / WC row tiles of 16 rows at a time; the WC warps of a tile split
 // its groups and their sums are added in shared memory in warp order. WC grows (1, 2, 4, 8)
 // until the blocks fill the multiprocessors, so a matrix of few rows still spreads. Every sum is
 // taken in a fixed order: the result is deterministic.
-#include "backend/cuda/matvec_q8_0.h"
+#include "backend/cuda/matvec_int8.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/q8_0_device.h"
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) pack_x_limbs_kernel(const float* __r
 }
 
 struct Q8Params {
-    const uint8_t* w;  // matrix or stack base, device layout (q8_0_device.h)
+    const uint8_t* w;  // matrix or stack base (Q8_0: the device layout of q8_0_device.h; Q2_K: GGUF)
     size_t matrix_bytes, row_bytes;
     int64_t rows, count;
     const int32_t* ids;
@@ -137,8 +139,57 @@ __device__ __forceinline__ void load_step(AStep& a, const uint8_t* rowg, const u
     }
 }
 
-template <int T>
-__global__ void __launch_bounds__(kThreads, 2) q8_matvec_kernel(const Q8Params p) {
+// Q2_K rows (GGUF layout: 84-byte super-blocks, scales[16], qs[64], d, dmin; 4-byte aligned)
+// on the same MMAs. Group gi is half h = gi % 2 of super-block gi / 2; its block t (the lane's)
+// is the 32 values 128 h + 32 t + l, l = 0..31, whose 2-bit codes are bits 2t of qs[32 h + l],
+// in sub-blocks 8 h + 2 t (l < 16) and + 1. The four lanes of a quad read the same 8 qs words of
+// a row and keep their own bit pair. A weight is d (sc & 15) q - dmin (sc >> 4): the MMAs take
+// the integers (sc & 15) q (at most 45) in place of Q8_0's quants, and a second set takes the
+// sub-block's min code sc >> 4 at every position, so that per block and limb they give
+// sum (sc & 15) q x and sum (sc >> 4) x exactly in int32; the epilogue scales them by d s and
+// dmin s. Raw words of rows g (Wg, scg, ddg) and g + 8 (Wh, sch, ddh).
+struct Q2Step {
+    uint32_t Wg[8], Wh[8];
+    uint32_t scg, sch, ddg, ddh;
+};
+__device__ __forceinline__ void load_q2_row(const uint8_t* row, bool ok, int gi, int t, uint32_t (&W)[8], uint32_t& sc,
+                                            uint32_t& dd) {
+    if (!ok) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) W[i] = 0;
+        sc = dd = 0;
+        return;
+    }
+    const uint8_t* sb = row + size_t(gi >> 1) * 84;
+    const int h = gi & 1;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) W[i] = __ldg(reinterpret_cast<const uint32_t*>(sb + 16 + 32 * h + 4 * i));
+    sc = __ldg(reinterpret_cast<const uint32_t*>(sb + 8 * h + 4 * (t >> 1)));  // sub-blocks 8h + 2t, +1
+    dd = __ldg(reinterpret_cast<const uint32_t*>(sb + 80));
+}
+__device__ __forceinline__ void load_q2_step(Q2Step& a, const uint8_t* rowg, const uint8_t* rowh, bool okg, bool okh,
+                                             int gi, int t) {
+    load_q2_row(rowg, okg, gi, t, a.Wg, a.scg, a.ddg);
+    load_q2_row(rowh, okh, gi, t, a.Wh, a.sch, a.ddh);
+}
+// Lane t's codes of one row times their sub-block scales (A words), and its two min codes
+// replicated into every byte.
+struct Q2Frag {
+    uint32_t A[8], M[2];
+};
+__device__ __forceinline__ Q2Frag q2_frag(const uint32_t (&W)[8], uint32_t sc, int t) {
+    Q2Frag f;
+    const uint32_t s = sc >> (8 * ((2 * t) & 3));
+    const uint32_t a0 = s & 15u, a1 = (s >> 8) & 15u;
+    f.M[0] = ((s >> 4) & 15u) * 0x01010101u;
+    f.M[1] = ((s >> 12) & 15u) * 0x01010101u;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f.A[i] = ((W[i] >> (2 * t)) & 0x03030303u) * (i < 4 ? a0 : a1);  // bytes <= 45: no carry
+    return f;
+}
+
+template <int FMT, int T>
+__global__ void __launch_bounds__(kThreads, 2) int8_matvec_kernel(const Q8Params p) {
     __shared__ float red[kWarps][16][T];
     const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31), g = lane >> 2, t = lane & 3;
     const int WC = p.wc, WR = kWarps / WC, wr = warp / WC, wc = warp - wr * WC;
@@ -163,14 +214,24 @@ __global__ void __launch_bounds__(kThreads, 2) q8_matvec_kernel(const Q8Params p
 #pragma unroll
         for (int n = 0; n < T; ++n) acc[n][0] = acc[n][1] = 0.0f;
 
-        AStep cur, nxt;
-        if (ga < gb) load_step(cur, rowg, rowh, okg, okh, ga, t, p.nb);
+        using Step = std::conditional_t<FMT == kQ2_K, Q2Step, AStep>;
+        auto load = [&](Step& a, int gi) {
+            if constexpr (FMT == kQ2_K) load_q2_step(a, rowg, rowh, okg, okh, gi, t);
+            else load_step(a, rowg, rowh, okg, okh, gi, t, p.nb);
+        };
+        Step cur, nxt;
+        if (ga < gb) load(cur, ga);
         if (!waited) {  // the packed x is complete past this point (a no-op without the dependent launch)
             grid_begin();
             waited = true;
         }
         for (int gi = ga; gi < gb; ++gi) {
-            if (gi + 1 < gb) load_step(nxt, rowg, rowh, okg, okh, gi + 1, t, p.nb);  // in flight meanwhile
+            if (gi + 1 < gb) load(nxt, gi + 1);  // in flight meanwhile
+            [[maybe_unused]] Q2Frag fg, fh;
+            if constexpr (FMT == kQ2_K) {
+                fg = q2_frag(cur.Wg, cur.scg, t);
+                fh = q2_frag(cur.Wh, cur.sch, t);
+            }
 #pragma unroll
             for (int n = 0; n < T; ++n) {
                 const uint8_t* xg = xl + (size_t(n) * p.G + gi) * kGroupLimbBytes;
@@ -186,17 +247,41 @@ __global__ void __launch_bounds__(kThreads, 2) q8_matvec_kernel(const Q8Params p
                 }
                 const float s = __ldg(xs + (size_t(n) * p.G + gi) * 4 + t);
                 int32_t cA[4] = {0, 0, 0, 0}, cB[4] = {0, 0, 0, 0};
+                if constexpr (FMT == kQ2_K) {
+                    int32_t mA[4] = {0, 0, 0, 0}, mB[4] = {0, 0, 0, 0};
 #pragma unroll
-                for (int m = 0; m < 4; ++m) {
-                    const AFrag a = a_frag(cur.W, cur.U, m);
-                    uint32_t b0, b1;
-                    b_frag(hA, m, b0, b1);
-                    imma16832(cA, a, b0, b1);
-                    b_frag(hB, m, b0, b1);
-                    imma16832(cB, a, b0, b1);
+                    for (int m = 0; m < 4; ++m) {
+                        const AFrag a = a_frag(fg.A, fh.A, m);
+                        const AFrag mn{fg.M[m >> 1], fh.M[m >> 1], fg.M[m >> 1], fh.M[m >> 1]};
+                        uint32_t b0, b1;
+                        b_frag(hA, m, b0, b1);
+                        imma16832(cA, a, b0, b1);
+                        imma16832(mA, mn, b0, b1);
+                        b_frag(hB, m, b0, b1);
+                        imma16832(cB, a, b0, b1);
+                        imma16832(mB, mn, b0, b1);
+                    }
+                    const float dg = __half2float(__ushort_as_half(uint16_t(cur.ddg & 0xffffu)));
+                    const float mg = __half2float(__ushort_as_half(uint16_t(cur.ddg >> 16)));
+                    const float dh = __half2float(__ushort_as_half(uint16_t(cur.ddh & 0xffffu)));
+                    const float mh = __half2float(__ushort_as_half(uint16_t(cur.ddh >> 16)));
+                    acc[n][0] = fmaf(combine_limbs(cA[0], cA[1], cB[0], cB[1]), dg * s, acc[n][0]);
+                    acc[n][0] = fmaf(combine_limbs(mA[0], mA[1], mB[0], mB[1]), -(mg * s), acc[n][0]);
+                    acc[n][1] = fmaf(combine_limbs(cA[2], cA[3], cB[2], cB[3]), dh * s, acc[n][1]);
+                    acc[n][1] = fmaf(combine_limbs(mA[2], mA[3], mB[2], mB[3]), -(mh * s), acc[n][1]);
+                } else {
+#pragma unroll
+                    for (int m = 0; m < 4; ++m) {
+                        const AFrag a = a_frag(cur.W, cur.U, m);
+                        uint32_t b0, b1;
+                        b_frag(hA, m, b0, b1);
+                        imma16832(cA, a, b0, b1);
+                        b_frag(hB, m, b0, b1);
+                        imma16832(cB, a, b0, b1);
+                    }
+                    acc[n][0] = fmaf(combine_limbs(cA[0], cA[1], cB[0], cB[1]), cur.dg * s, acc[n][0]);
+                    acc[n][1] = fmaf(combine_limbs(cA[2], cA[3], cB[2], cB[3]), cur.dh * s, acc[n][1]);
                 }
-                acc[n][0] = fmaf(combine_limbs(cA[0], cA[1], cB[0], cB[1]), cur.dg * s, acc[n][0]);
-                acc[n][1] = fmaf(combine_limbs(cA[2], cA[3], cB[2], cB[3]), cur.dh * s, acc[n][1]);
             }
             if (gi + 1 < gb) cur = nxt;
         }
@@ -256,9 +341,9 @@ Q8Plan plan_q8(const DeviceMat& w, const MatvecArgs& a) {
     return pl;
 }
 
-template <int T>
+template <int FMT, int T>
 void launch_main(const Q8Params& p, const Q8Plan& pl, int n, cudaStream_t stream) {
-    launch_pdl(q8_matvec_kernel<T>, dim3(unsigned(pl.grid), unsigned(n), 1), dim3(kThreads), 0, stream, p);
+    launch_pdl(int8_matvec_kernel<FMT, T>, dim3(unsigned(pl.grid), unsigned(n), 1), dim3(kThreads), 0, stream, p);
 }
 
 }  // namespace
@@ -272,7 +357,12 @@ size_t q8_0_packed_x_bytes(int64_t cols, int T) {
     return size_t(T) * size_t(groups(cols)) * (kGroupLimbBytes + 4 * sizeof(float));
 }
 
-size_t q8_0_matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a) {
+bool q2_k_matvec_supported(const DeviceMat& w) {
+    return w.type == gguf::TensorType::Q2_K && w.cols % 256 == 0 && w.row_bytes % 4 == 0 &&
+           (reinterpret_cast<uintptr_t>(w.data) & 3) == 0;
+}
+
+size_t int8_matvec_workspace_bytes(const DeviceMat& w, const MatvecArgs& a) {
     if (a.packed.data) return 0;
     const size_t inputs = a.x_stride ? size_t(a.n) : 1;
     return inputs * q8_0_packed_x_bytes(w.cols, a.T);
@@ -302,7 +392,10 @@ PackedX q8_0_pack_x(const float* x, int64_t ldx, int64_t cols, int T, void* out,
     return PackedX{out, x, ldx, cols, T};
 }
 
-void q8_0_matvec(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_bytes, Stream stream) {
+namespace {
+// Either weight format: x packed here into the workspace (or given, a.packed), then the MMAs.
+template <int FMT>
+void int8_matvec(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_bytes, Stream stream) {
     if (a.n > 65535) fail("CUDA matvec: ", a.n, " problems");
     const int G = int(groups(w.cols)), nb = int(w.cols / 32);
     const int P = a.x_stride ? a.n : 1;
@@ -314,9 +407,9 @@ void q8_0_matvec(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_by
                  a.T, " x ", w.cols, ")");
         xl = static_cast<const uint8_t*>(k.data);
     } else {
-        const size_t need = q8_0_matvec_workspace_bytes(w, a);
+        const size_t need = int8_matvec_workspace_bytes(w, a);
         if (!ws || ws_bytes < need || (reinterpret_cast<uintptr_t>(ws) & 15))
-            fail("CUDA matvec: Q8_0 needs a 16-byte aligned workspace of ", need, " bytes, got ", ws_bytes);
+            fail("CUDA matvec: the int8 kernel needs a 16-byte aligned workspace of ", need, " bytes, got ", ws_bytes);
         launch_pack(a.x, a.ldx, a.x_stride, a.T, w.cols, P, static_cast<uint8_t*>(ws), stream);
         xl = static_cast<const uint8_t*>(ws);
     }
@@ -341,15 +434,25 @@ void q8_0_matvec(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_by
     p.wc = pl.wc;
     p.sets = pl.sets;
     switch (a.T) {
-        case 1: launch_main<1>(p, pl, a.n, stream); break;
-        case 2: launch_main<2>(p, pl, a.n, stream); break;
-        case 3: launch_main<3>(p, pl, a.n, stream); break;
-        case 4: launch_main<4>(p, pl, a.n, stream); break;
-        case 5: launch_main<5>(p, pl, a.n, stream); break;
-        case 6: launch_main<6>(p, pl, a.n, stream); break;
-        case 7: launch_main<7>(p, pl, a.n, stream); break;
-        default: launch_main<8>(p, pl, a.n, stream); break;
+        case 1: launch_main<FMT, 1>(p, pl, a.n, stream); break;
+        case 2: launch_main<FMT, 2>(p, pl, a.n, stream); break;
+        case 3: launch_main<FMT, 3>(p, pl, a.n, stream); break;
+        case 4: launch_main<FMT, 4>(p, pl, a.n, stream); break;
+        case 5: launch_main<FMT, 5>(p, pl, a.n, stream); break;
+        case 6: launch_main<FMT, 6>(p, pl, a.n, stream); break;
+        case 7: launch_main<FMT, 7>(p, pl, a.n, stream); break;
+        default: launch_main<FMT, 8>(p, pl, a.n, stream); break;
     }
+}
+}  // namespace
+
+void q8_0_matvec(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_bytes, Stream stream) {
+    int8_matvec<kQ8_0>(w, a, ws, ws_bytes, stream);
+}
+
+void q2_k_matvec(const DeviceMat& w, const MatvecArgs& a, void* ws, size_t ws_bytes, Stream stream) {
+    if (!q2_k_matvec_supported(w)) fail("CUDA matvec: the int8 Q2_K kernel does not take [", w.rows, ", ", w.cols, "]");
+    int8_matvec<kQ2_K>(w, a, ws, ws_bytes, stream);
 }
 
 }  // namespace dsv4::cuda
