@@ -861,9 +861,9 @@ bool q2k_t1_takes(const DeviceMat& w, const MatvecArgs& a) {
            (w.cols == 2048 || w.cols == 4096 || w.cols == 8192 || w.cols == 16384);
 }
 // Q2_K takes the int8 kernel on every path but Simple (the oracle), except where the register
-// kernel takes it: at T = 1 that one is faster (H100, 2026-12-07: 8 synthetic Flash layers decoded
-// 308-323 tok/s with the int8 kernel there, 375-383 with this one; the int8 kernel's warp steps
-// of 672 bytes leave too few loads in flight).
+// kernel takes it: at T = 1 that one is faster (H100, 2026-12-07, 6 of 256 [2048, 4096] experts:
+// 16.1 us against 24.3 us for the int8 kernel with its shared-memory ring; without the ring the
+// int8 kernel took 8 Flash layers' decode from 375-383 down to 308-323 tok/s).
 bool int8_q2_k(const DeviceMat& w, const MatvecArgs& a, MatvecOptions opt) {
     return opt.path != MatvecPath::Simple && q2_k_matvec_supported(w) && !q2k_t1_takes(w, a);
 }

@@ -142,35 +142,66 @@ __device__ __forceinline__ void load_step(AStep& a, const uint8_t* rowg, const u
 // Q2_K rows (GGUF layout: 84-byte super-blocks, scales[16], qs[64], d, dmin; 4-byte aligned)
 // on the same MMAs. Group gi is half h = gi % 2 of super-block gi / 2; its block t (the lane's)
 // is the 32 values 128 h + 32 t + l, l = 0..31, whose 2-bit codes are bits 2t of qs[32 h + l],
-// in sub-blocks 8 h + 2 t (l < 16) and + 1. The four lanes of a quad read the same 8 qs words of
+// in sub-blocks 8 h + 2 t (l < 16) and + 1. The four lanes of a quad use the same 8 qs words of
 // a row and keep their own bit pair. A weight is d (sc & 15) q - dmin (sc >> 4): the MMAs take
 // the integers (sc & 15) q (at most 45) in place of Q8_0's quants, and a second set takes the
 // sub-block's min code sc >> 4 at every position, so that per block and limb they give
 // sum (sc & 15) q x and sum (sc >> 4) x exactly in int32; the epilogue scales them by d s and
-// dmin s. Raw words of rows g (Wg, scg, ddg) and g + 8 (Wh, sch, ddh).
-struct Q2Step {
+// dmin s.
+//
+// A group of 16 rows is only 672 bytes, so the weights do not go through registers one group
+// ahead (too few bytes in flight: slower than the register kernel at T = 1) but through a ring
+// of kQ2Stages groups per warp in shared memory, filled with 4-byte cp.async: row slot r (rows
+// g and g + 8 of the tile) holds the 8 qs words, the two scale words of half h and d/dmin.
+// Lane (g, t) copies qs words 2t, 2t + 1 of both its rows, lanes t = 0, 1, 2 also scale word 0,
+// 1 and d/dmin, so a quad copies each row's 44 bytes once; __syncwarp after the wait makes them
+// visible to the quad.
+constexpr int kQ2Stages = 6;
+constexpr int kQ2SlotWords = 12;                   // per row: qs[8], scale words[2], d/dmin, pad
+constexpr int kQ2StageWords = 16 * kQ2SlotWords;   // 16 rows
+struct Q2Step {  // rows g (Wg, scg, ddg) and g + 8 (Wh, sch, ddh)
     uint32_t Wg[8], Wh[8];
     uint32_t scg, sch, ddg, ddh;
 };
-__device__ __forceinline__ void load_q2_row(const uint8_t* row, bool ok, int gi, int t, uint32_t (&W)[8], uint32_t& sc,
-                                            uint32_t& dd) {
-    if (!ok) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) W[i] = 0;
-        sc = dd = 0;
-        return;
-    }
-    const uint8_t* sb = row + size_t(gi >> 1) * 84;
+__device__ __forceinline__ void cp_async4(uint32_t* dst, const void* src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
+                 "l"(src), "r"(ok ? 4 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// This lane's copies of group gi into stage `st` (rows past the matrix: zeros, read from `none`).
+__device__ __forceinline__ void q2_issue(uint32_t* st, const uint8_t* rowg, const uint8_t* rowh, bool okg, bool okh,
+                                         int gi, int g, int t, const void* none) {
+    const size_t sb = size_t(gi >> 1) * 84;
     const int h = gi & 1;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) W[i] = __ldg(reinterpret_cast<const uint32_t*>(sb + 16 + 32 * h + 4 * i));
-    sc = __ldg(reinterpret_cast<const uint32_t*>(sb + 8 * h + 4 * (t >> 1)));  // sub-blocks 8h + 2t, +1
-    dd = __ldg(reinterpret_cast<const uint32_t*>(sb + 80));
+    for (int r = 0; r < 2; ++r) {
+        const bool ok = r ? okh : okg;
+        const uint8_t* blk = (r ? rowh : rowg) + sb;
+        uint32_t* slot = st + (g + 8 * r) * kQ2SlotWords;
+        cp_async4(slot + 2 * t, ok ? blk + 16 + 32 * h + 8 * t : none, ok);
+        cp_async4(slot + 2 * t + 1, ok ? blk + 16 + 32 * h + 8 * t + 4 : none, ok);
+        if (t < 2) cp_async4(slot + 8 + t, ok ? blk + 8 * h + 4 * t : none, ok);
+        else if (t == 2) cp_async4(slot + 10, ok ? blk + 80 : none, ok);
+    }
 }
-__device__ __forceinline__ void load_q2_step(Q2Step& a, const uint8_t* rowg, const uint8_t* rowh, bool okg, bool okh,
-                                             int gi, int t) {
-    load_q2_row(rowg, okg, gi, t, a.Wg, a.scg, a.ddg);
-    load_q2_row(rowh, okh, gi, t, a.Wh, a.sch, a.ddh);
+__device__ __forceinline__ void q2_take(Q2Step& a, const uint32_t* st, int g, int t) {
+    const uint32_t* sg = st + g * kQ2SlotWords;
+    const uint32_t* sh = st + (g + 8) * kQ2SlotWords;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+        const uint4 vg = reinterpret_cast<const uint4*>(sg)[q], vh = reinterpret_cast<const uint4*>(sh)[q];
+        a.Wg[4 * q] = vg.x, a.Wg[4 * q + 1] = vg.y, a.Wg[4 * q + 2] = vg.z, a.Wg[4 * q + 3] = vg.w;
+        a.Wh[4 * q] = vh.x, a.Wh[4 * q + 1] = vh.y, a.Wh[4 * q + 2] = vh.z, a.Wh[4 * q + 3] = vh.w;
+    }
+    a.scg = sg[8 + (t >> 1)];  // sub-blocks 8h + 2t, + 1
+    a.sch = sh[8 + (t >> 1)];
+    a.ddg = sg[10];
+    a.ddh = sh[10];
 }
 // Lane t's codes of one row times their sub-block scales (A words), and its two min codes
 // replicated into every byte.
@@ -191,6 +222,7 @@ __device__ __forceinline__ Q2Frag q2_frag(const uint32_t (&W)[8], uint32_t sc, i
 template <int FMT, int T>
 __global__ void __launch_bounds__(kThreads, 2) int8_matvec_kernel(const Q8Params p) {
     __shared__ float red[kWarps][16][T];
+    __shared__ __align__(16) uint32_t q2ring[FMT == kQ2_K ? kWarps * kQ2Stages * kQ2StageWords : 4];
     const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31), g = lane >> 2, t = lane & 3;
     const int WC = p.wc, WR = kWarps / WC, wr = warp / WC, wc = warp - wr * WC;
     const int prob = int(blockIdx.y);
@@ -215,22 +247,35 @@ __global__ void __launch_bounds__(kThreads, 2) int8_matvec_kernel(const Q8Params
         for (int n = 0; n < T; ++n) acc[n][0] = acc[n][1] = 0.0f;
 
         using Step = std::conditional_t<FMT == kQ2_K, Q2Step, AStep>;
-        auto load = [&](Step& a, int gi) {
-            if constexpr (FMT == kQ2_K) load_q2_step(a, rowg, rowh, okg, okh, gi, t);
-            else load_step(a, rowg, rowh, okg, okh, gi, t, p.nb);
-        };
         Step cur, nxt;
-        if (ga < gb) load(cur, ga);
+        [[maybe_unused]] uint32_t* ring = q2ring + warp * kQ2Stages * kQ2StageWords;
+        auto stage = [&](int gi) { return ring + (gi % kQ2Stages) * kQ2StageWords; };
+        if constexpr (FMT == kQ2_K) {
+            __syncwarp();  // the previous set's reads of the ring are done
+#pragma unroll
+            for (int q = 0; q < kQ2Stages - 1; ++q) {
+                if (ga + q < gb) q2_issue(stage(ga + q), rowg, rowh, okg, okh, ga + q, g, t, p.w);
+                cp_async_commit();
+            }
+        } else {
+            if (ga < gb) load_step(cur, rowg, rowh, okg, okh, ga, t, p.nb);
+        }
         if (!waited) {  // the packed x is complete past this point (a no-op without the dependent launch)
             grid_begin();
             waited = true;
         }
         for (int gi = ga; gi < gb; ++gi) {
-            if (gi + 1 < gb) load(nxt, gi + 1);  // in flight meanwhile
             [[maybe_unused]] Q2Frag fg, fh;
             if constexpr (FMT == kQ2_K) {
+                cp_async_wait<kQ2Stages - 2>();  // group gi has landed (this lane's copies)
+                __syncwarp();                    // ... and the quad's; stage gi - 1 is free
+                q2_take(cur, stage(gi), g, t);
+                if (gi + kQ2Stages - 1 < gb) q2_issue(stage(gi + kQ2Stages - 1), rowg, rowh, okg, okh, gi + kQ2Stages - 1, g, t, p.w);
+                cp_async_commit();
                 fg = q2_frag(cur.Wg, cur.scg, t);
                 fh = q2_frag(cur.Wh, cur.sch, t);
+            } else {
+                if (gi + 1 < gb) load_step(nxt, rowg, rowh, okg, okh, gi + 1, t, p.nb);  // in flight meanwhile
             }
 #pragma unroll
             for (int n = 0; n < T; ++n) {
@@ -283,7 +328,8 @@ __global__ void __launch_bounds__(kThreads, 2) int8_matvec_kernel(const Q8Params
                     acc[n][1] = fmaf(combine_limbs(cA[2], cA[3], cB[2], cB[3]), cur.dh * s, acc[n][1]);
                 }
             }
-            if (gi + 1 < gb) cur = nxt;
+            if constexpr (FMT != kQ2_K)
+                if (gi + 1 < gb) cur = nxt;
         }
 
         // Lane quad t holds blocks t, t + 4, ...: add the quad in a fixed order ((0+1)+(2+3)).
