@@ -29,7 +29,8 @@
 //                   y; more tokens: hc_kernel, 8 down to 1 block per token.
 //   hc_post         a thread per (token, column): the n old stream values in registers.
 //   swiglu, add_to_streams   grid-stride elementwise.
-//   route           a warp per token: scores/keys in shared memory, k rounds of a warp arg-max
+//   route           a warp per token (4 per block): scores/keys in shared memory, computed by the
+//                   whole block, then k rounds of a warp arg-max
 //                   (larger key, then lower id), lane 0 normalises the weights in slot order.
 //   moe_group       one block of 1024 threads: shared counters, scan, then a stable placement in
 //                   chunks of 1024 pairs (__match_any_sync ranks within a warp, per-warp counts).
@@ -757,8 +758,10 @@ __device__ __forceinline__ bool beats(float ka, int ia, float kb, int ib) {
     return ka > kb || (ka == kb && ia < ib);
 }
 
-// One warp per token. Scores and keys sit in shared memory (E each per warp); top-k takes k
-// rounds of a warp arg-max, lane l owning experts l, l+32, ... (chosen ones marked in a bit mask).
+// One warp per token, kRouteWarps tokens per block. The scores and keys (E each per token) are
+// computed by the whole block into shared memory, so that the few tokens of a decode step share
+// out the score's exp/log work (in double) over every warp; then top-k takes k rounds of a warp
+// arg-max, lane l owning experts l, l+32, ... (chosen ones marked in a bit mask).
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(const float* logits, int64_t T, int E, int k,
                                                                  const float* bias, const int32_t* tid2eid,
                                                                  const int32_t* tokens, float routed_scale,
@@ -768,7 +771,18 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(const float* lo
     __shared__ int32_t s_id[kRouteWarps][kMaxTopK];
     __shared__ float s_sc[kRouteWarps][kMaxTopK];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t t = int64_t(blockIdx.x) * kRouteWarps + warp;
+    const int64_t t0 = int64_t(blockIdx.x) * kRouteWarps, t = t0 + warp;
+    if (!tid2eid) {
+        const int nt = int(min(int64_t(kRouteWarps), T - t0));
+        for (int i = threadIdx.x; i < nt * E; i += blockDim.x) {
+            const int w = i / E, e = i - w * E;
+            const float sc = route_score(logits[(t0 + w) * E + e]);
+            float* score = route_smem + size_t(w) * 2 * E;
+            score[e] = sc;
+            score[E + e] = bias ? __fadd_rn(sc, bias[e]) : sc;  // the key
+        }
+        __syncthreads();
+    }
     if (t >= T) return;  // the whole warp
     const float* lg = logits + t * E;
     if (tid2eid) {
@@ -779,13 +793,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(const float* lo
             s_sc[warp][lane] = ok ? route_score(lg[e]) : __int_as_float(0x7fc00000);
         }
     } else {
-        float* score = route_smem + size_t(warp) * 2 * E;
-        float* key = score + E;
-        for (int e = lane; e < E; e += 32) {
-            score[e] = route_score(lg[e]);
-            key[e] = bias ? __fadd_rn(score[e], bias[e]) : score[e];
-        }
-        __syncwarp();
+        const float* score = route_smem + size_t(warp) * 2 * E;
+        const float* key = score + E;
         unsigned chosen = 0;  // bit j: expert lane + 32 j
         for (int r = 0; r < k; ++r) {
             float bk = -INFINITY, bs = 0;
