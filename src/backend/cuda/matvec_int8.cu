@@ -6,12 +6,13 @@
 //   1. pack_x_limbs_kernel: x of every token into int8 limbs and a power-of-two scale per
 //      32-column block, in the order the B fragments are read (the workspace). Tiny: T x cols
 //      values.
-//   2. int8_matvec_kernel: weights straight from global memory into registers (Q8_0: two 16-byte
-//      loads per row and block; Q2_K: the 8 code words, scale word and d/dmin of a row's half
-//      super-block), no shared-memory staging, no dequantisation to floats; 8 MMAs per 16 rows x
-//      128 columns and token (16 for Q2_K: the min codes take a second set). It is launched with
-//      programmatic dependent launch: its blocks start while the pack runs and load their first
-//      weights, and wait (griddepcontrol.wait) only before their first read of the packed x.
+//   2. int8_matvec_kernel: no dequantisation to floats; 8 MMAs per 16 rows x 128 columns and
+//      token (16 for Q2_K: the min codes take a second set). Q8_0 weights go straight from global
+//      memory into registers, one group ahead (two 16-byte loads per row and block); Q2_K's,
+//      5x smaller per group, through a per-warp ring in shared memory (at Q2Step below). It is
+//      launched with programmatic dependent launch: its blocks start while the pack runs and load
+//      their first weights, and wait (griddepcontrol.wait) only before their first read of the
+//      packed x.
 // A block of 8 warps takes 8 / WC row tiles of 16 rows at a time; the WC warps of a tile split
 // its groups and their sums are added in shared memory in warp order. WC grows (1, 2, 4, 8)
 // until the blocks fill the multiprocessors, so a matrix of few rows still spreads. Every sum is
@@ -270,7 +271,8 @@ __global__ void __launch_bounds__(kThreads, 2) int8_matvec_kernel(const Q8Params
                 cp_async_wait<kQ2Stages - 2>();  // group gi has landed (this lane's copies)
                 __syncwarp();                    // ... and the quad's; stage gi - 1 is free
                 q2_take(cur, stage(gi), g, t);
-                if (gi + kQ2Stages - 1 < gb) q2_issue(stage(gi + kQ2Stages - 1), rowg, rowh, okg, okh, gi + kQ2Stages - 1, g, t, p.w);
+                const int ahead = gi + kQ2Stages - 1;
+                if (ahead < gb) q2_issue(stage(ahead), rowg, rowh, okg, okh, ahead, g, t, p.w);
                 cp_async_commit();
                 fg = q2_frag(cur.Wg, cur.scg, t);
                 fh = q2_frag(cur.Wh, cur.sch, t);
