@@ -9,7 +9,7 @@
 //   2. int8_matvec_kernel: no dequantisation to floats; 8 MMAs per 16 rows x 128 columns and
 //      token (16 for Q2_K: the min codes take a second set). Q8_0 weights go straight from global
 //      memory into registers, one group ahead (two 16-byte loads per row and block); Q2_K's,
-//      5x smaller per group, through a per-warp ring in shared memory (at Q2Step below). It is
+//      a third the bytes per group, through a per-warp ring in shared memory (at Q2Step below). It is
 //      launched with programmatic dependent launch: its blocks start while the pack runs and load
 //      their first weights, and wait (griddepcontrol.wait) only before their first read of the
 //      packed x.
