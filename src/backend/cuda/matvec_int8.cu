@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/q2_k_device.h"
 #include "backend/cuda/q8_0_device.h"
 
 namespace dsv4::cuda {
@@ -140,15 +141,9 @@ __device__ __forceinline__ void load_step(AStep& a, const uint8_t* rowg, const u
     }
 }
 
-// Q2_K rows (GGUF layout: 84-byte super-blocks, scales[16], qs[64], d, dmin; 4-byte aligned)
-// on the same MMAs. Group gi is half h = gi % 2 of super-block gi / 2; its block t (the lane's)
-// is the 32 values 128 h + 32 t + l, l = 0..31, whose 2-bit codes are bits 2t of qs[32 h + l],
-// in sub-blocks 8 h + 2 t (l < 16) and + 1. The four lanes of a quad use the same 8 qs words of
-// a row and keep their own bit pair. A weight is d (sc & 15) q - dmin (sc >> 4): the MMAs take
-// the integers (sc & 15) q (at most 45) in place of Q8_0's quants, and a second set takes the
-// sub-block's min code sc >> 4 at every position, so that per block and limb they give
-// sum (sc & 15) q x and sum (sc >> 4) x exactly in int32; the epilogue scales them by d s and
-// dmin s.
+// Q2_K rows (GGUF layout, 4-byte aligned) on the same MMAs: q2_k_device.h has where a lane's
+// words are and how they become A fragments (the codes times their sub-block scales, and a second
+// set for the min codes); the epilogue scales the two int32 block sums by d s and dmin s.
 //
 // A group of 16 rows is only 672 bytes, so the weights do not go through registers one group
 // ahead (too few bytes in flight: slower than the register kernel at T = 1) but through a ring
@@ -177,17 +172,15 @@ __device__ __forceinline__ void cp_async_wait() {
 // This lane's copies of group gi into stage `st` (rows past the matrix: zeros, read from `none`).
 __device__ __forceinline__ void q2_issue(uint32_t* st, const uint8_t* rowg, const uint8_t* rowh, bool okg, bool okh,
                                          int gi, int g, int t, const void* none) {
-    const size_t sb = size_t(gi >> 1) * 84;
-    const int h = gi & 1;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const bool ok = r ? okh : okg;
-        const uint8_t* blk = (r ? rowh : rowg) + sb;
+        const uint8_t* row = r ? rowh : rowg;
         uint32_t* slot = st + (g + 8 * r) * kQ2SlotWords;
-        cp_async4(slot + 2 * t, ok ? blk + 16 + 32 * h + 8 * t : none, ok);
-        cp_async4(slot + 2 * t + 1, ok ? blk + 16 + 32 * h + 8 * t + 4 : none, ok);
-        if (t < 2) cp_async4(slot + 8 + t, ok ? blk + 8 * h + 4 * t : none, ok);
-        else if (t == 2) cp_async4(slot + 10, ok ? blk + 80 : none, ok);
+        cp_async4(slot + 2 * t, ok ? row + q2dev::qs_word_offset(gi, 2 * t) : none, ok);
+        cp_async4(slot + 2 * t + 1, ok ? row + q2dev::qs_word_offset(gi, 2 * t + 1) : none, ok);
+        if (t < 2) cp_async4(slot + 8 + t, ok ? row + q2dev::scale_word_offset(gi, 2 * t) : none, ok);
+        else if (t == 2) cp_async4(slot + 10, ok ? row + q2dev::dd_offset(gi) : none, ok);
     }
 }
 __device__ __forceinline__ void q2_take(Q2Step& a, const uint32_t* st, int g, int t) {
@@ -199,27 +192,11 @@ __device__ __forceinline__ void q2_take(Q2Step& a, const uint32_t* st, int g, in
         a.Wg[4 * q] = vg.x, a.Wg[4 * q + 1] = vg.y, a.Wg[4 * q + 2] = vg.z, a.Wg[4 * q + 3] = vg.w;
         a.Wh[4 * q] = vh.x, a.Wh[4 * q + 1] = vh.y, a.Wh[4 * q + 2] = vh.z, a.Wh[4 * q + 3] = vh.w;
     }
-    a.scg = sg[8 + (t >> 1)];  // sub-blocks 8h + 2t, + 1
+    a.scg = sg[8 + (t >> 1)];  // q2dev::scale_word_offset(gi, t): sub-blocks 8h + 2t, + 1
     a.sch = sh[8 + (t >> 1)];
     a.ddg = sg[10];
     a.ddh = sh[10];
 }
-// Lane t's codes of one row times their sub-block scales (A words), and its two min codes
-// replicated into every byte.
-struct Q2Frag {
-    uint32_t A[8], M[2];
-};
-__device__ __forceinline__ Q2Frag q2_frag(const uint32_t (&W)[8], uint32_t sc, int t) {
-    Q2Frag f;
-    const uint32_t s = sc >> (8 * ((2 * t) & 3));
-    const uint32_t a0 = s & 15u, a1 = (s >> 8) & 15u;
-    f.M[0] = ((s >> 4) & 15u) * 0x01010101u;
-    f.M[1] = ((s >> 12) & 15u) * 0x01010101u;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) f.A[i] = ((W[i] >> (2 * t)) & 0x03030303u) * (i < 4 ? a0 : a1);  // bytes <= 45: no carry
-    return f;
-}
-
 template <int FMT, int T>
 __global__ void __launch_bounds__(kThreads, 2) int8_matvec_kernel(const Q8Params p) {
     __shared__ float red[kWarps][16][T];
@@ -266,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 2) int8_matvec_kernel(const Q8Params
             waited = true;
         }
         for (int gi = ga; gi < gb; ++gi) {
-            [[maybe_unused]] Q2Frag fg, fh;
+            [[maybe_unused]] q2dev::Frag fg, fh;
             if constexpr (FMT == kQ2_K) {
                 cp_async_wait<kQ2Stages - 2>();  // group gi has landed (this lane's copies)
                 __syncwarp();                    // ... and the quad's; stage gi - 1 is free
@@ -274,8 +251,8 @@ __global__ void __launch_bounds__(kThreads, 2) int8_matvec_kernel(const Q8Params
                 const int ahead = gi + kQ2Stages - 1;
                 if (ahead < gb) q2_issue(stage(ahead), rowg, rowh, okg, okh, ahead, g, t, p.w);
                 cp_async_commit();
-                fg = q2_frag(cur.Wg, cur.scg, t);
-                fh = q2_frag(cur.Wh, cur.sch, t);
+                fg = q2dev::frag(cur.Wg, cur.scg, t);
+                fh = q2dev::frag(cur.Wh, cur.sch, t);
             } else {
                 if (gi + 1 < gb) load_step(nxt, rowg, rowh, okg, okh, gi + 1, t, p.nb);  // in flight meanwhile
             }
@@ -299,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, 2) int8_matvec_kernel(const Q8Params
 #pragma unroll
                     for (int m = 0; m < 4; ++m) {
                         const AFrag a = a_frag(fg.A, fh.A, m);
-                        const AFrag mn{fg.M[m >> 1], fh.M[m >> 1], fg.M[m >> 1], fh.M[m >> 1]};
+                        const AFrag mn = q2dev::min_frag(fg, fh, m);
                         uint32_t b0, b1;
                         b_frag(hA, m, b0, b1);
                         imma16832(cA, a, b0, b1);
