@@ -4,7 +4,9 @@
 # time is what it takes inside a real step, only serialised) and writes the per-kernel durations
 # ($OUT/profile_kernels.csv) and a summary of the last decode step grouped by kernel name
 # ($OUT/profile_step.txt, bench/profile_step.py). Binaries from $BIN; run from the repo root.
-#   BIN=DIR OUT=DIR [LAYERS=8] [PROMPT=2048] [DETAIL=kernel-regex] bash bench/profile_decode.sh
+# CALLS=1 adds each call's DRAM bytes and grid ($OUT/decode_calls.csv, summarised per kernel and
+# grid with the achieved bandwidth by bench/profile_calls.py into $OUT/profile_calls.txt).
+#   BIN=DIR OUT=DIR [LAYERS=8] [PROMPT=2048] [DETAIL=kernel-regex] [CALLS=1] bash bench/profile_decode.sh
 set -uo pipefail
 : "${BIN:?}" "${OUT:?}"
 export DSV4_CUDA_GRAPHS=0
@@ -20,6 +22,17 @@ cat "$OUT/profile_step.txt" | head -60
 # The PyTorch baseline of the attention and MoE layers at the same context, in the same call.
 python3 bench/torch_layers.py "$OUT/torch_layers.json" "$prompt" > "$OUT/torch_layers.txt" 2>&1
 cat "$OUT/torch_layers.txt"
+# Optional: the bytes each decode call reads, against the measured HBM read rate of the run.
+if [ -n "${CALLS:-}" ]; then
+    ncu --clock-control none --cache-control none --csv \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
+        "$BIN/dsv4" bench --synthetic flash --layers "$layers" --prompt "$prompt" --gen 3 --repeats 1 \
+        > "$OUT/decode_calls.csv" 2>&1
+    echo "calls rc=$?"
+    hbm=$(python3 -c "import json; print(json.load(open('$OUT/profile_bench.json'))['roofline']['bandwidth_bytes_s'] / 1e9)" 2>/dev/null || echo 3350)
+    python3 bench/profile_calls.py "$OUT/decode_calls.csv" "$hbm" > "$OUT/profile_calls.txt" 2>&1
+    head -40 "$OUT/profile_calls.txt"
+fi
 # Optional: ncu's detailed sections for the first decode calls of one kernel (DETAIL=regex).
 if [ -n "${DETAIL:-}" ]; then
     ncu --clock-control none --kernel-name "regex:${DETAIL}" --launch-count "${DETAIL_COUNT:-6}" \
