@@ -483,6 +483,9 @@ TEST(CudaMatvecArgs, RejectsBadArguments) {
     a.ldx = 256;
     EXPECT_GT(cuda::matvec_workspace_bytes(w, a), 0u);
     EXPECT_EQ(cuda::matvec_workspace_bytes(w, a), cuda::int8_matvec_workspace_bytes(w, a));
+    cuda::MatvecOptions tensor_path;
+    tensor_path.path = cuda::MatvecPath::Tensor;  // the 16-bit / Q8_0 kernels: no Q2_K
+    EXPECT_THROW(cuda::matvec_workspace_bytes(w, a, tensor_path), dsv4::Error);
     EXPECT_FALSE(cuda::tensor_path_supported(w));
     w.cols = 64;
     a.ldx = 64;

@@ -860,12 +860,12 @@ bool q2k_t1_takes(const DeviceMat& w, const MatvecArgs& a) {
     return wtype(w) == kQ2_K && a.T == 1 && x16 && w4 &&
            (w.cols == 2048 || w.cols == 4096 || w.cols == 8192 || w.cols == 16384);
 }
-// Q2_K takes the int8 kernel on every path but Simple (the oracle), except where the register
-// kernel takes it: at T = 1 that one is faster (H100, 2026-12-07, 6 of 256 [2048, 4096] experts:
+// Q2_K takes the int8 kernel on Auto (Simple is the oracle; Tensor names the 16-bit and Q8_0
+// kernels and refuses Q2_K), except where the register kernel takes it: at T = 1 that one is faster (H100, 2026-12-07, 6 of 256 [2048, 4096] experts:
 // 16.1 us against 24.3 us for the int8 kernel with its shared-memory ring; without the ring the
 // int8 kernel took 8 Flash layers' decode from 375-383 down to 308-323 tok/s).
 bool int8_q2_k(const DeviceMat& w, const MatvecArgs& a, MatvecOptions opt) {
-    return opt.path != MatvecPath::Simple && q2_k_matvec_supported(w) && !q2k_t1_takes(w, a);
+    return opt.path == MatvecPath::Auto && q2_k_matvec_supported(w) && !q2k_t1_takes(w, a);
 }
 }  // namespace
 

@@ -17,7 +17,7 @@
 //   Simple (every type, any whole blocks of cols): one warp per output row, float32 on the CUDA
 //     cores, each value read through load_elem. The oracle for every other path, and the path
 //     for MXFP4 weights.
-//   Int8 tensor cores for Q2_K (matvec_int8.h), taken by Auto and Tensor: the codes times their
+//   Int8 tensor cores for Q2_K (matvec_int8.h), taken by Auto: the codes times their
 //     sub-block scales as int8 against the same x limbs, and a second set of MMAs for the mins.
 //   Dedicated CUDA-core kernels, taken by Auto (never by Simple): Q2_K at T = 1 with 2048, 4096,
 //     8192 or 16384 columns and 16-byte aligned inputs (a lane keeps 64 inputs in registers across
