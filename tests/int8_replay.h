@@ -1,13 +1,16 @@
 // Pieces of a CPU replay of the CUDA int8 tensor-core matvec (matvec_int8.cu) shared by
 // tests/test_q8_0_device.cpp and tests/test_q2_k_int8.cpp: the mma.sync m16n8k32 s8 product over
 // a warp's fragments, written from the PTX ISA's fragment tables independently of the kernel's
-// headers, and the kernel's pack of x into limbs.
+// headers; the kernel's pack of x into limbs and its B fragments; the walk over 16-row tiles and
+// the warps that split a tile's groups, with the kernel's order of sums; random inputs.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
+#include "backend/cpu/quant.h"
 #include "backend/cuda/q8_0_device.h"
 
 namespace dsv4::test {
@@ -65,6 +68,85 @@ inline void pack_x(const float* x, int64_t cols, std::vector<uint8_t>& xl, std::
                 xl[size_t(b / 4) * q8::kGroupLimbBytes + q8::limb_offset(limb, i, int(b % 4))] = uint8_t(l[limb]);
         }
     }
+}
+
+// Lane by lane, the B fragments of group gi's 4 MMAs for limbs 0, 1 (bA) and 2, 3 (bB), and the
+// lane's x block scale.
+struct XFrags {
+    uint32_t bA[4][32][2], bB[4][32][2];
+    float s[32];
+};
+inline XFrags x_frags(const std::vector<uint8_t>& xl, const std::vector<float>& xs, int gi) {
+    XFrags f{};
+    const uint8_t* base = xl.data() + size_t(gi) * q8::kGroupLimbBytes;
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        uint32_t hA[2][4] = {}, hB[2][4] = {};
+        if (q8::b_active(g, t))
+            for (int h = 0; h < 2; ++h)
+                for (int k = 0; k < 4; ++k) {
+                    hA[h][k] = word_at(base + q8::b_offset(g, 0, h) + 4 * k);
+                    hB[h][k] = word_at(base + q8::b_offset(g, 1, h) + 4 * k);
+                }
+        f.s[lane] = xs[size_t(gi) * 4 + t];
+        for (int m = 0; m < 4; ++m) {
+            q8::b_frag(hA, m, f.bA[m][lane][0], f.bA[m][lane][1]);
+            q8::b_frag(hB, m, f.bB[m][lane][0], f.bB[m][lane][1]);
+        }
+    }
+    return f;
+}
+
+// y[rows] for one token as the kernel sums it with WC warps per 16-row tile: group(r0, gi, acc)
+// adds group gi of the tile at row r0 into each lane's acc (rows g and g + 8); the quad's
+// shuffles add (0 + 1) + (2 + 3), then the tile's warps are added in warp order.
+template <class Group>
+std::vector<float> replay_tiles(int64_t rows, int64_t cols, int WC, Group group) {
+    const int G = int(q8::groups(cols));
+    std::vector<float> y(static_cast<size_t>(rows));
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+        std::vector<float> part(size_t(WC) * 16);
+        for (int wc = 0; wc < WC; ++wc) {
+            int ga, gb;
+            q8::group_range(G, wc, WC, ga, gb);
+            float acc[32][2] = {};
+            for (int gi = ga; gi < gb; ++gi) group(r0, gi, acc);
+            for (int g = 0; g < 8; ++g)
+                for (int r = 0; r < 2; ++r)
+                    part[size_t(wc) * 16 + g + 8 * r] =
+                        (acc[4 * g][r] + acc[4 * g + 1][r]) + (acc[4 * g + 2][r] + acc[4 * g + 3][r]);
+        }
+        for (int rr = 0; rr < 16 && r0 + rr < rows; ++rr) {
+            float v = 0.0f;
+            for (int wc = 0; wc < WC; ++wc) v += part[size_t(wc) * 16 + rr];
+            y[size_t(r0 + rr)] = v;
+        }
+    }
+    return y;
+}
+
+// rows GGUF rows of `type` quantised from N(0, 0.05) values, every `every`-th row times `factor`
+// (so that block scales vary).
+inline std::vector<uint8_t> random_rows(gguf::TensorType type, int64_t rows, int64_t cols, int every, float factor,
+                                        std::mt19937& rng) {
+    const size_t rb = cpu::row_bytes(type, cols);
+    std::vector<uint8_t> b(rb * size_t(rows));
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        for (auto& v : row) v = nd(rng) * (r % every == 0 ? factor : 1.0f);
+        cpu::quantize_row(type, row.data(), cols, b.data() + size_t(r) * rb);
+    }
+    return b;
+}
+
+// cols inputs N(0, 1) times 2^e, e uniform in [-spread, spread].
+inline std::vector<float> random_x(int64_t cols, float spread, std::mt19937& rng) {
+    std::vector<float> x(static_cast<size_t>(cols));
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_int_distribution<int> ex(-int(spread), int(spread));
+    for (auto& v : x) v = std::ldexp(nd(rng), ex(rng));
+    return x;
 }
 
 }  // namespace dsv4::test

@@ -31,15 +31,7 @@ std::mt19937& rng() {
 }
 
 std::vector<uint8_t> q2k_rows(int64_t rows, int64_t cols) {
-    const size_t rb = cpu::row_bytes(TensorType::Q2_K, cols);
-    std::vector<uint8_t> b(rb * size_t(rows));
-    std::normal_distribution<float> nd(0.0f, 0.05f);
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-        for (auto& v : row) v = nd(rng()) * (r % 5 == 0 ? 30.0f : 1.0f);  // super-block scales vary
-        cpu::quantize_row(TensorType::Q2_K, row.data(), cols, b.data() + size_t(r) * rb);
-    }
-    return b;
+    return dsv4::test::random_rows(TensorType::Q2_K, rows, cols, 5, 30.0f, rng());  // super-block scales vary
 }
 
 // y[rows] for one token, as the kernel computes it with WC warps per 16-row tile.
@@ -48,87 +40,54 @@ std::vector<float> replay(const std::vector<uint8_t>& w, int64_t rows, int64_t c
     std::vector<float> xs;
     pack_x(x, cols, xl, xs);
     const size_t rb = cpu::row_bytes(TensorType::Q2_K, cols);
-    const int G = int(q8::groups(cols));
-    std::vector<float> y(static_cast<size_t>(rows));
-    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-        std::vector<float> part(size_t(WC) * 16);
-        for (int wc = 0; wc < WC; ++wc) {
-            int ga, gb;
-            q8::group_range(G, wc, WC, ga, gb);
-            float acc[32][2] = {};
-            for (int gi = ga; gi < gb; ++gi) {
-                uint32_t a[4][32][4], mn[4][32][4], bA[4][32][2], bB[4][32][2];
-                float dg[32], mg[32], dh[32], mh[32], s[32];
-                for (int lane = 0; lane < 32; ++lane) {
-                    const int g = lane / 4, t = lane % 4;
-                    uint32_t W[2][8] = {}, sc[2] = {}, dd[2] = {};
-                    for (int half = 0; half < 2; ++half) {
-                        const int64_t row = r0 + g + 8 * half;
-                        if (row >= rows) continue;  // the kernel's zero-filled copies
-                        const uint8_t* p = w.data() + size_t(row) * rb;
-                        for (int i = 0; i < 8; ++i) W[half][i] = word_at(p + q2::qs_word_offset(gi, i));
-                        sc[half] = word_at(p + q2::scale_word_offset(gi, t));
-                        dd[half] = word_at(p + q2::dd_offset(gi));
-                    }
-                    dg[lane] = f16_to_f32(uint16_t(dd[0] & 0xffffu));
-                    mg[lane] = f16_to_f32(uint16_t(dd[0] >> 16));
-                    dh[lane] = f16_to_f32(uint16_t(dd[1] & 0xffffu));
-                    mh[lane] = f16_to_f32(uint16_t(dd[1] >> 16));
-                    const q2::Frag fg = q2::frag(W[0], sc[0], t), fh = q2::frag(W[1], sc[1], t);
-                    uint32_t hA[2][4] = {}, hB[2][4] = {};
-                    if (q8::b_active(g, t))
-                        for (int h = 0; h < 2; ++h)
-                            for (int k = 0; k < 4; ++k) {
-                                const uint8_t* base = xl.data() + size_t(gi) * q8::kGroupLimbBytes;
-                                hA[h][k] = word_at(base + q8::b_offset(g, 0, h) + 4 * k);
-                                hB[h][k] = word_at(base + q8::b_offset(g, 1, h) + 4 * k);
-                            }
-                    s[lane] = xs[size_t(gi) * 4 + t];
-                    for (int m = 0; m < 4; ++m) {
-                        const q8::AFrag f = q8::a_frag(fg.A, fh.A, m), n = q2::min_frag(fg, fh, m);
-                        a[m][lane][0] = f.a0, a[m][lane][1] = f.a1, a[m][lane][2] = f.a2, a[m][lane][3] = f.a3;
-                        mn[m][lane][0] = n.a0, mn[m][lane][1] = n.a1, mn[m][lane][2] = n.a2, mn[m][lane][3] = n.a3;
-                        q8::b_frag(hA, m, bA[m][lane][0], bA[m][lane][1]);
-                        q8::b_frag(hB, m, bB[m][lane][0], bB[m][lane][1]);
-                    }
-                }
-                int32_t cA[32][4] = {}, cB[32][4] = {}, mA[32][4] = {}, mB[32][4] = {};
-                for (int m = 0; m < 4; ++m) {
-                    mma_s8(cA, a[m], bA[m]);
-                    mma_s8(mA, mn[m], bA[m]);
-                    mma_s8(cB, a[m], bB[m]);
-                    mma_s8(mB, mn[m], bB[m]);
-                }
-                for (int lane = 0; lane < 32; ++lane) {
-                    const float sl = s[lane];
-                    float& ag = acc[lane][0];
-                    float& ah = acc[lane][1];
-                    ag = std::fma(q8::combine_limbs(cA[lane][0], cA[lane][1], cB[lane][0], cB[lane][1]), dg[lane] * sl, ag);
-                    ag = std::fma(q8::combine_limbs(mA[lane][0], mA[lane][1], mB[lane][0], mB[lane][1]), -(mg[lane] * sl), ag);
-                    ah = std::fma(q8::combine_limbs(cA[lane][2], cA[lane][3], cB[lane][2], cB[lane][3]), dh[lane] * sl, ah);
-                    ah = std::fma(q8::combine_limbs(mA[lane][2], mA[lane][3], mB[lane][2], mB[lane][3]), -(mh[lane] * sl), ah);
-                }
+    return dsv4::test::replay_tiles(rows, cols, WC, [&](int64_t r0, int gi, float (&acc)[32][2]) {
+        uint32_t a[4][32][4], mn[4][32][4];
+        float dg[32], mg[32], dh[32], mh[32];
+        for (int lane = 0; lane < 32; ++lane) {
+            const int g = lane / 4, t = lane % 4;
+            uint32_t W[2][8] = {}, sc[2] = {}, dd[2] = {};
+            for (int half = 0; half < 2; ++half) {
+                const int64_t row = r0 + g + 8 * half;
+                if (row >= rows) continue;  // the kernel's zero-filled copies
+                const uint8_t* p = w.data() + size_t(row) * rb;
+                for (int i = 0; i < 8; ++i) W[half][i] = word_at(p + q2::qs_word_offset(gi, i));
+                sc[half] = word_at(p + q2::scale_word_offset(gi, t));
+                dd[half] = word_at(p + q2::dd_offset(gi));
             }
-            for (int g = 0; g < 8; ++g)  // the quad's shuffles: (0 + 1) + (2 + 3)
-                for (int r = 0; r < 2; ++r)
-                    part[size_t(wc) * 16 + g + 8 * r] =
-                        (acc[4 * g][r] + acc[4 * g + 1][r]) + (acc[4 * g + 2][r] + acc[4 * g + 3][r]);
+            dg[lane] = f16_to_f32(uint16_t(dd[0] & 0xffffu));
+            mg[lane] = f16_to_f32(uint16_t(dd[0] >> 16));
+            dh[lane] = f16_to_f32(uint16_t(dd[1] & 0xffffu));
+            mh[lane] = f16_to_f32(uint16_t(dd[1] >> 16));
+            const q2::Frag fg = q2::frag(W[0], sc[0], t), fh = q2::frag(W[1], sc[1], t);
+            for (int m = 0; m < 4; ++m) {
+                const q8::AFrag f = q8::a_frag(fg.A, fh.A, m), n = q2::min_frag(fg, fh, m);
+                a[m][lane][0] = f.a0, a[m][lane][1] = f.a1, a[m][lane][2] = f.a2, a[m][lane][3] = f.a3;
+                mn[m][lane][0] = n.a0, mn[m][lane][1] = n.a1, mn[m][lane][2] = n.a2, mn[m][lane][3] = n.a3;
+            }
         }
-        for (int rr = 0; rr < 16 && r0 + rr < rows; ++rr) {
-            float v = 0.0f;
-            for (int wc = 0; wc < WC; ++wc) v += part[size_t(wc) * 16 + rr];
-            y[size_t(r0 + rr)] = v;
+        const dsv4::test::XFrags xf = dsv4::test::x_frags(xl, xs, gi);
+        int32_t cA[32][4] = {}, cB[32][4] = {}, mA[32][4] = {}, mB[32][4] = {};
+        for (int m = 0; m < 4; ++m) {
+            mma_s8(cA, a[m], xf.bA[m]);
+            mma_s8(mA, mn[m], xf.bA[m]);
+            mma_s8(cB, a[m], xf.bB[m]);
+            mma_s8(mB, mn[m], xf.bB[m]);
         }
-    }
-    return y;
+        for (int lane = 0; lane < 32; ++lane) {
+            const float sl = xf.s[lane];
+            float& ag = acc[lane][0];
+            float& ah = acc[lane][1];
+            ag = std::fma(q8::combine_limbs(cA[lane][0], cA[lane][1], cB[lane][0], cB[lane][1]), dg[lane] * sl, ag);
+            ag = std::fma(q8::combine_limbs(mA[lane][0], mA[lane][1], mB[lane][0], mB[lane][1]), -(mg[lane] * sl), ag);
+            ah = std::fma(q8::combine_limbs(cA[lane][2], cA[lane][3], cB[lane][2], cB[lane][3]), dh[lane] * sl, ah);
+            ah = std::fma(q8::combine_limbs(mA[lane][2], mA[lane][3], mB[lane][2], mB[lane][3]), -(mh[lane] * sl), ah);
+        }
+    });
 }
 
 void check_replay(int64_t rows, int64_t cols, int WC, float x_spread) {
     const std::vector<uint8_t> w = q2k_rows(rows, cols);
-    std::vector<float> x(static_cast<size_t>(cols));
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::uniform_int_distribution<int> ex(-int(x_spread), int(x_spread));
-    for (auto& v : x) v = std::ldexp(nd(rng()), ex(rng()));
+    const std::vector<float> x = dsv4::test::random_x(cols, x_spread, rng());
     const std::vector<float> y = replay(w, rows, cols, x.data(), WC);
 
     Mat m;
