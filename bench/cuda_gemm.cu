@@ -2,7 +2,7 @@
 // device, in one run: dsv4's tensor path (Q8_0, x packing included: it is part of every call),
 // dsv4's float32 tiled path (Q8_0), and cuBLAS bf16 GemmEx on a dequantised bf16 copy of the same
 // weight (the reference rate) at DeepSeek-V4-Flash shapes for T = 512, 2048, 8192; then the
-// grouped expert product (256 experts x [2048, 4096], Q2_K and Q8_0, 8192 tokens x top-6 rows
+// grouped expert product (256 experts x [2048, 4096], Q2_K and Q8_0, 2048 and 8192 tokens x top-6 rows
 // assigned at random) on both dsv4 paths. Writes one JSON receipt.
 //
 // Method: random (not zero) weights and activations generated on the device; one warm-up call
@@ -269,9 +269,10 @@ int main(int argc, char** argv) {
             }
         }
 
-        // ---- routed experts: 256 x [2048, 4096], 8192 tokens x top-6 ----
-        {
-            const int64_t E = 256, rows = 2048, cols = 4096, T = quick ? 2048 : 8192, topk = 6, N = T * topk;
+        // ---- routed experts: 256 x [2048, 4096], 2048 (a prefill band: 48 rows an expert) and 8192
+        // tokens x top-6 ----
+        for (const int64_t T : quick ? std::vector<int64_t>{2048} : std::vector<int64_t>{2048, 8192}) {
+            const int64_t E = 256, rows = 2048, cols = 4096, topk = 6, N = T * topk;
             std::vector<int32_t> counts(size_t(E), 0);
             std::vector<int32_t> pool(static_cast<size_t>(E));
             for (int64_t e = 0; e < E; ++e) pool[size_t(e)] = int32_t(e);

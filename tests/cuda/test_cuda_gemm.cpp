@@ -525,11 +525,16 @@ TEST(CudaGemmTensor, ExpertsWithWorkspace) {
     const auto tensor = with_path(cuda::GemmPath::Tensor);
     for (TensorType type : kTensorTypes) {
         const int64_t cols = type == TensorType::Q2_K ? 512 : 256;
+        // The token tile follows the average rows an expert (32, 64 or 128 tokens; gemm_tc.cu).
         // Counts 0, 37, 133, 0, 130, 3 (two empty experts, two over a 128-token tile), 7 rows of
-        // no expert; max_rows larger than any count.
+        // no expert; max_rows larger than any count. 50 rows an expert: 64-token tiles.
         check_experts(type, 100, cols, {0, 0, 37, 170, 170, 300, 303}, 310, 200, true, tensor);
-        // Counts 1, 128, 129, 0, 257, 16: tile edges; max_rows exactly the largest.
+        // Counts 1, 128, 129, 0, 257, 16: tile edges; max_rows exactly the largest. 128-token tiles.
         check_experts(type, 257, cols, {0, 1, 129, 258, 258, 515, 531}, 531, 257, true, tensor);
+        // Counts 0, 31, 32, 33, 65, 1: the edges of 32-token tiles (27 rows an expert).
+        check_experts(type, 70, cols, {0, 0, 31, 63, 96, 161, 162}, 162, 65, true, tensor);
+        // Counts 64, 65, 0, 1, 128: the edges of 64-token tiles (52 rows an expert).
+        check_experts(type, 70, cols, {0, 64, 129, 129, 130, 258}, 258, 128, true, tensor);
         // Auto through the grouped form: max_rows >= 16 takes the tensor path.
         check_experts(type, 130, 1024, {0, 17, 17, 300}, 300, 283, true);
     }

@@ -10,10 +10,11 @@
 // Layout of a packed row: per 32-column block 128 bytes, hi[32] then lo[32], natural column order.
 // One float per row undoes the token's scale.
 //
-// Kernel: a block of 8 warps computes 128 weight rows x 128 tokens; warp (wr, wc) = (warp / 4,
-// warp % 4) owns rows 64 wr .. +63 and tokens 32 wc .. +31 (4 m16 x 4 n8 fragments), walking the
-// columns in steps of 32:
-//   * x limbs of a step (128 tokens x 128 bytes) arrive through a 4-stage cp.async ring (16-byte
+// Kernel: a block of 8 warps computes 128 weight rows x BN tokens, BN = 32, 64 or 128 (the
+// smallest that holds an expert's average rows, or T: every token slot of a tile costs its MMAs,
+// filled or not); warp (wr, wc) = (warp / (BN / 32), warp % (BN / 32)) owns rows 16 MI wr ..
+// and tokens 32 wc .. +31 (MI = BN / 32 m16 x 4 n8 fragments), walking the columns in steps of 32:
+//   * x limbs of a step (BN tokens x 128 bytes) arrive through a 4-stage cp.async ring (16-byte
 //     copies, tokens past the tile zero-filled); token slots are 144 bytes, so ldmatrix's 8 rows
 //     fall in distinct bank groups.
 //   * weights of a step are fetched into registers (each thread 16 values of one row in their
@@ -35,7 +36,8 @@
 //   truncates relative to the largest term: on the H200 (2026-12-04) the stored form missed the
 //   float32-grade bound by up to 2.4x and the centred form by up to 3.3x (at weights near zero
 //   next to large x). With limbs of w every term is w x itself, as for Q8_0.
-// gemm_experts runs the same body with blockIdx.z = expert (tokens offsets[e] + 128 blockIdx.x ..).
+// gemm_experts runs the same body over the experts' token tiles numbered in expert order
+// (blockIdx.x; expert_tile finds the block's expert and tile).
 #include <algorithm>
 
 #include "backend/cuda/gemm_tc.cuh"
@@ -44,20 +46,21 @@ namespace dsv4::cuda::gemm_detail {
 
 namespace {
 
-constexpr int kBM = 128, kBN = 128, kBK = 32, kThreads = 256, kStages = 4;
+constexpr int kBM = 128, kBK = 32, kThreads = 256, kStages = 4;
 constexpr int kALd = 80;    // bytes per weight row of an A buffer (32 x 16-bit + 16 pad)
 constexpr int kALd2 = 144;  // the same with two limbs (Q2_K: 32 hi + 32 lo + 16 pad)
 constexpr int kXLd = 144;   // bytes per token of an x stage (32 hi + 32 lo + 16 pad)
 constexpr int kXBlk = 128;  // packed x bytes per token and 32-column block
-constexpr int kXStageBytes = kBN * kXLd;
+template <int BN>
+__host__ __device__ constexpr int x_stage_bytes() { return BN * kXLd; }
 template <int TYPE>
 __host__ __device__ constexpr int a_ld() { return TYPE == kQ2_K ? kALd2 : kALd; }
 static_assert(kThreads == 2 * kBM, "one thread per 16-weight half row of a step");
 static_assert(kBK == 32, "a step is one Q8_0 block / two Q2_K sub-blocks");
 
-template <int TYPE>
+template <int TYPE, int BN>
 constexpr size_t smem_bytes() {
-    return size_t(kStages) * kXStageBytes + 2 * size_t(kBM) * a_ld<TYPE>() + 2 * kBM * sizeof(float);
+    return size_t(kStages) * x_stage_bytes<BN>() + 2 * size_t(kBM) * a_ld<TYPE>() + 2 * kBM * sizeof(float);
 }
 
 struct TcParams {
@@ -71,6 +74,7 @@ struct TcParams {
     int64_t ldy;
     int64_t T;
     const int32_t* offsets;
+    int experts;  // gemm_experts: offsets has experts + 1 entries
     int vec;
 };
 
@@ -122,31 +126,76 @@ __device__ __forceinline__ void bytes_to_f16x2(uint32_t v, uint32_t& lo, uint32_
     asm("sub.rn.f16x2 %0, %0, %1;\n" : "+r"(hi) : "r"(bias));
 }
 
-template <int TYPE, bool EXPERTS>
-__global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) {
+// Which (expert e, token tile k of it) the block with flat tile id `id` takes: the experts' tiles
+// (ceil(rows / BN) each) numbered in expert order, found by a block-wide scan of the tile counts,
+// so that the grid holds about as many blocks as there are tiles (with one grid axis per expert
+// and T / BN tiles each, almost every block found its expert's rows exhausted and left; at BN = 64
+// and T = 2048 that is 31 of 32). False (for the whole block) past the last tile.
+template <int BN>
+__device__ bool expert_tile(const int32_t* offsets, int experts, int64_t id, int& e_out, int& k_out) {
+    __shared__ int s_e, s_k, s_warp[kThreads / 32];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (tid == 0) s_e = -1;
+    int64_t base = 0;  // tiles of the experts before this chunk
+    for (int c0 = 0; c0 < experts; c0 += kThreads) {
+        const int e = c0 + tid;
+        const int k = e < experts ? (offsets[e + 1] - offsets[e] + BN - 1) / BN : 0;
+        int v = k;  // inclusive scan within the warp, then over the warps
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, v, off);
+            if (lane >= off) v += u;
+        }
+        if (lane == 31) s_warp[warp] = v;
+        __syncthreads();  // s_warp written (and s_e's reset seen)
+        int before = 0, total = 0;
+        for (int w = 0; w < kThreads / 32; ++w) {
+            before += w < warp ? s_warp[w] : 0;
+            total += s_warp[w];
+        }
+        const int64_t incl = base + before + v;
+        if (k > 0 && incl - k <= id && id < incl) {
+            s_e = e;
+            s_k = int(id - (incl - k));
+        }
+        base += total;
+        __syncthreads();  // s_e / s_k set; s_warp may be rewritten
+        if (s_e >= 0 || base > id) break;  // the same for every thread
+    }
+    e_out = s_e;
+    k_out = s_k;
+    return s_e >= 0;
+}
+
+template <int TYPE, bool EXPERTS, int BN>
+__global__ void __launch_bounds__(kThreads, BN <= 64 ? 2 : 1) tc_gemm_kernel(const TcParams p) {
     grid_begin();
     constexpr bool kBf16 = TYPE == kBF16, kTwoLimbs = TYPE == kQ2_K;
-    constexpr int ALd = a_ld<TYPE>(), ABytes = kBM * ALd;
+    constexpr int ALd = a_ld<TYPE>(), ABytes = kBM * ALd, XStageBytes = x_stage_bytes<BN>();
+    // BN / 32 warps across the tokens (32 each), the rest down the rows: MI m16 fragments each.
+    constexpr int WCN = BN / 32, MI = BN / 32, WROWS = 16 * MI;
+    static_assert(BN == 32 || BN == 64 || BN == 128, "token tiles of 32, 64 or 128");
+    static_assert((kThreads / 32 / WCN) * WROWS == kBM, "the warps cover the block's rows");
     extern __shared__ __align__(128) uint8_t smem[];
-    uint8_t* xst = smem;                                  // [kStages][kBN][kXLd]
-    uint8_t* ast = xst + kStages * kXStageBytes;          // [2][kBM][ALd]
+    uint8_t* xst = smem;                                  // [kStages][BN][kXLd]
+    uint8_t* ast = xst + kStages * XStageBytes;           // [2][kBM][ALd]
     float* dsm = reinterpret_cast<float*>(ast + 2 * ABytes);  // [2][kBM]: the step's row scale
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3, wr = warp >> 2, wc = warp & 3;
+    const int g = lane >> 2, t = lane & 3, wr = warp / WCN, wc = warp % WCN;
 
     int64_t m0, ntok;
     const uint8_t* wmat = p.w;
     if constexpr (EXPERTS) {
-        const int e = int(blockIdx.z);
+        int e = 0, k = 0;
+        if (!expert_tile<BN>(p.offsets, p.experts, int64_t(blockIdx.x), e, k)) return;  // past the last tile
         const int64_t begin = p.offsets[e], end = p.offsets[e + 1];
-        m0 = begin + int64_t(blockIdx.x) * kBN;
-        if (m0 >= end) return;  // the whole block, before any barrier
-        ntok = min(int64_t(kBN), end - m0);
+        m0 = begin + int64_t(k) * BN;
+        ntok = min(int64_t(BN), end - m0);
         wmat += size_t(e) * p.matrix_bytes;
     } else {
-        m0 = int64_t(blockIdx.x) * kBN;
-        ntok = min(int64_t(kBN), p.T - m0);
+        m0 = int64_t(blockIdx.x) * BN;
+        ntok = min(int64_t(BN), p.T - m0);
     }
     const int64_t n0 = int64_t(blockIdx.y) * kBM;
     const int nks = int(p.cols / kBK);
@@ -155,9 +204,9 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
     // x limbs of step s.
     auto issue_x = [&](int s) {
         if (s < nks) {
-            uint8_t* dst = xst + (s % kStages) * kXStageBytes;
+            uint8_t* dst = xst + (s % kStages) * XStageBytes;
 #pragma unroll
-            for (int i = tid; i < kBN * 8; i += kThreads) {
+            for (int i = tid; i < BN * 8; i += kThreads) {
                 const int n = i >> 3, c = i & 7;
                 const bool ok = n < ntok;
                 const uint8_t* src = ok ? xb + size_t(n) * p.xrow_bytes + size_t(s) * kXBlk + c * 16 : p.xp;
@@ -213,17 +262,17 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
         }
     };
 
-    float acc[4][4][4], part[4][4][4];
+    float acc[MI][4][4], part[MI][4][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
             for (int c = 0; c < 4; ++c) acc[i][j][c] = part[i][j][c] = 0.0f;
 
-    // ldmatrix lane addresses (byte offsets inside a buffer): A rows 64 wr + 16 i + (lane & 15),
+    // ldmatrix lane addresses (byte offsets inside a buffer): A rows WROWS wr + 16 i + (lane & 15),
     // k half (lane >> 4); B tokens 32 wc + 8 j + (lane & 7), matrix lane >> 3 = (limb, k half).
-    const int a_off = (wr * 64 + (lane & 15)) * ALd + (lane >> 4) * 16;
+    const int a_off = (wr * WROWS + (lane & 15)) * ALd + (lane >> 4) * 16;
     const int b_off = (wc * 32 + (lane & 7)) * kXLd + ((lane >> 4) & 1) * 64 + ((lane >> 3) & 1) * 16;
 
 #pragma unroll
@@ -241,20 +290,20 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
             if (s + 2 < nks) fetch_w(s + 2);  // in flight while step s is multiplied
         }
 
-        const uint32_t xbase = smem_u32(xst + (s % kStages) * kXStageBytes);
+        const uint32_t xbase = smem_u32(xst + (s % kStages) * XStageBytes);
         const uint32_t abase = smem_u32(ast + (s & 1) * ABytes);
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
-            uint32_t a[4][4], b[4][4], al[kTwoLimbs ? 4 : 1][4];
+            uint32_t a[MI][4], b[4][4], al[kTwoLimbs ? MI : 1][4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
+            for (int i = 0; i < MI; ++i) {
                 ldsm_x4(a[i], abase + a_off + i * 16 * ALd + kk * 32);
                 if constexpr (kTwoLimbs) ldsm_x4(al[i], abase + a_off + i * 16 * ALd + kk * 32 + 64);
             }
 #pragma unroll
             for (int j = 0; j < 4; ++j) ldsm_x4(b[j], xbase + b_off + j * 8 * kXLd + kk * 32);
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
+            for (int i = 0; i < MI; ++i)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     mma16816<kBf16>(part[i][j], a[i], b[j][0], b[j][1]);  // hi limbs
@@ -266,8 +315,8 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
         if constexpr (TYPE == kQ8_0 || TYPE == kQ2_K) {  // acc += the step's row scale * P
             const float* dd = dsm + (s & 1) * kBM;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float d0 = dd[wr * 64 + 16 * i + g], d1 = dd[wr * 64 + 16 * i + g + 8];
+            for (int i = 0; i < MI; ++i) {
+                const float d0 = dd[wr * WROWS + 16 * i + g], d1 = dd[wr * WROWS + 16 * i + g + 8];
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     acc[i][j][0] = fmaf(d0, part[i][j][0], acc[i][j][0]);
@@ -284,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
 
     if constexpr (TYPE == kF16 || TYPE == kBF16) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < MI; ++i)
 #pragma unroll
             for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -300,10 +349,10 @@ __global__ void __launch_bounds__(kThreads, 1) tc_gemm_kernel(const TcParams p) 
             const float sc = p.xscale[m0 + n];
             float* yr = p.y + (m0 + n) * p.ldy;
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
+            for (int i = 0; i < MI; ++i)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const int64_t r = n0 + wr * 64 + 16 * i + g + 8 * h;
+                    const int64_t r = n0 + wr * WROWS + 16 * i + g + 8 * h;
                     if (r < p.rows) yr[r] = acc[i][j][2 * h + c2] * sc;
                 }
         }
@@ -393,28 +442,43 @@ void pack(const DeviceMat& w, const float* x, int64_t ldx, int64_t n_rows, uint8
     DSV4_LAUNCH_CHECK();
 }
 
-template <int TYPE, bool EXPERTS>
+template <int TYPE, bool EXPERTS, int BN>
 void launch_type(const TcParams& p, dim3 grid, cudaStream_t stream) {
-    constexpr size_t smem = smem_bytes<TYPE>();
+    constexpr size_t smem = smem_bytes<TYPE, BN>();
     static const bool attr_set = [] {
-        DSV4_CUDA_CHECK(
-            cudaFuncSetAttribute(tc_gemm_kernel<TYPE, EXPERTS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        DSV4_CUDA_CHECK(cudaFuncSetAttribute(tc_gemm_kernel<TYPE, EXPERTS, BN>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         return true;
     }();
     (void)attr_set;
-    cuda::launch(tc_gemm_kernel<TYPE, EXPERTS>, grid, kThreads, smem, stream, p);
+    cuda::launch(tc_gemm_kernel<TYPE, EXPERTS, BN>, grid, kThreads, smem, stream, p);
     DSV4_LAUNCH_CHECK();
 }
 
-template <bool EXPERTS>
-void launch(const DeviceMat& w, const TcParams& p, dim3 grid, cudaStream_t stream) {
+// The token tile: the smallest of 32, 64, 128 that holds `per_tile` tokens (an expert's average
+// share of the rows, or every token of a dense product), since a tile's MMAs run over all of its
+// token slots whether filled or not (an expert of 48 tokens in a tile of 128 wastes 62% of them).
+int token_tile(int64_t per_tile) {
+    return per_tile <= 32 ? 32 : per_tile <= 64 ? 64 : 128;
+}
+
+template <bool EXPERTS, int BN>
+void launch_bn(const DeviceMat& w, const TcParams& p, dim3 grid, cudaStream_t stream) {
     switch (int(w.type)) {
-        case kQ8_0: launch_type<kQ8_0, EXPERTS>(p, grid, stream); return;
-        case kF16: launch_type<kF16, EXPERTS>(p, grid, stream); return;
-        case kBF16: launch_type<kBF16, EXPERTS>(p, grid, stream); return;
-        case kQ2_K: launch_type<kQ2_K, EXPERTS>(p, grid, stream); return;
+        case kQ8_0: launch_type<kQ8_0, EXPERTS, BN>(p, grid, stream); return;
+        case kF16: launch_type<kF16, EXPERTS, BN>(p, grid, stream); return;
+        case kBF16: launch_type<kBF16, EXPERTS, BN>(p, grid, stream); return;
+        case kQ2_K: launch_type<kQ2_K, EXPERTS, BN>(p, grid, stream); return;
     }
     fail("CUDA gemm: the tensor path does not take ", gguf::type_name(w.type), " weights");
+}
+
+// grid: (token tiles of BN tokens, row tiles).
+template <bool EXPERTS>
+void launch(const DeviceMat& w, const TcParams& p, int BN, dim3 grid, cudaStream_t stream) {
+    if (BN == 32) launch_bn<EXPERTS, 32>(w, p, grid, stream);
+    else if (BN == 64) launch_bn<EXPERTS, 64>(w, p, grid, stream);
+    else launch_bn<EXPERTS, 128>(w, p, grid, stream);
 }
 
 TcParams make_params(const DeviceMat& w, const uint8_t* ws, const Layout& L, float* y, int64_t ldy) {
@@ -455,14 +519,15 @@ void tc_gemm(const DeviceMat& w, const float* x, int64_t ldx, int64_t T, float* 
              size_t ws_bytes, cudaStream_t stream) {
     if (!tc_supported(w)) fail("CUDA gemm: the tensor path does not take ", gguf::type_name(w.type), " [", w.rows, ", ", w.cols, "]");
     check_ws(w, T, ws, ws_bytes);
-    const int64_t row_tiles = (w.rows + kBM - 1) / kBM, tok_tiles = (T + kBN - 1) / kBN;
+    const int64_t row_tiles = (w.rows + kBM - 1) / kBM;
     if (row_tiles > 65535) fail("CUDA gemm: ", w.rows, " rows make ", row_tiles, " row tiles (at most 65535)");
     const Layout L = layout(w, T);
     uint8_t* wsb = static_cast<uint8_t*>(ws);
     pack(w, x, ldx, T, wsb, L, stream);
     TcParams p = make_params(w, wsb, L, y, ldy);
     p.T = T;
-    launch<false>(w, p, dim3(unsigned(tok_tiles), unsigned(row_tiles), 1), stream);
+    const int BN = token_tile(T);
+    launch<false>(w, p, BN, dim3(unsigned((T + BN - 1) / BN), unsigned(row_tiles), 1), stream);
 }
 
 void tc_gemm_experts(const DeviceMat& w, const float* x, const int32_t* offsets, int64_t max_rows, int64_t n_rows,
@@ -470,15 +535,20 @@ void tc_gemm_experts(const DeviceMat& w, const float* x, const int32_t* offsets,
     if (!tc_supported(w)) fail("CUDA gemm_experts: the tensor path does not take ", gguf::type_name(w.type), " [", w.rows, ", ", w.cols, "]");
     if (n_rows <= 0 || max_rows <= 0) return;
     check_ws(w, n_rows, ws, ws_bytes);
-    const int64_t row_tiles = (w.rows + kBM - 1) / kBM, tok_tiles = (max_rows + kBN - 1) / kBN;
+    const int64_t row_tiles = (w.rows + kBM - 1) / kBM;
     if (row_tiles > 65535) fail("CUDA gemm_experts: ", w.rows, " rows make ", row_tiles, " row tiles (at most 65535)");
-    if (w.count > 65535) fail("CUDA gemm_experts: ", w.count, " experts (at most 65535)");
     const Layout L = layout(w, n_rows);
     uint8_t* wsb = static_cast<uint8_t*>(ws);
     pack(w, x, w.cols, n_rows, wsb, L, stream);
     TcParams p = make_params(w, wsb, L, y, w.rows);
     p.offsets = offsets;
-    launch<true>(w, p, dim3(unsigned(tok_tiles), unsigned(row_tiles), unsigned(w.count)), stream);
+    p.experts = int(w.count);
+    // Tiles: fewer than n_rows / BN + experts (an expert's last tile may be partial), and no more
+    // than ceil(max_rows / BN) an expert (max_rows bounds one expert's rows).
+    const int BN = token_tile((n_rows + w.count - 1) / w.count);
+    const int64_t tiles = std::min((n_rows + BN - 1) / BN + w.count, w.count * ((max_rows + BN - 1) / BN));
+    if (tiles > 0x7fffffff) fail("CUDA gemm_experts: ", tiles, " token tiles");
+    launch<true>(w, p, BN, dim3(unsigned(tiles), unsigned(row_tiles), 1), stream);
 }
 
 }  // namespace dsv4::cuda::gemm_detail
