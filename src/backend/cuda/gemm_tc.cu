@@ -358,22 +358,34 @@ __global__ void __launch_bounds__(kThreads, BN <= 64 ? 2 : 1) tc_gemm_kernel(con
         }
 }
 
-// One block per packed row: limbs of every 16-column group.
-template <bool BF16>
-__global__ void __launch_bounds__(128) pack_kernel(const float* x, int64_t ldx, int64_t cols, uint8_t* xp,
-                                                   size_t xrow_bytes, float* scale) {
+// One block per packed row: limbs of every value, 4 consecutive values a thread at a time (float4
+// loads where x is 16-byte aligned with ldx % 4 == 0: VEC), two passes over the row (its max,
+// then the limbs; the second reads what the first brought into L1/L2).
+constexpr int kPackThreads = 256;
+template <bool BF16, bool VEC>
+__global__ void __launch_bounds__(kPackThreads) pack_kernel(const float* x, int64_t ldx, int64_t cols, uint8_t* xp,
+                                                            size_t xrow_bytes, float* scale) {
     grid_begin();
     const int64_t r = blockIdx.x;
     const float* xr = x + r * ldx;
+    const int64_t quads = cols / 4;  // cols is a multiple of 32
+    auto load4 = [&](int64_t q) {
+        if constexpr (VEC) return reinterpret_cast<const float4*>(xr)[q];
+        else return make_float4(xr[4 * q], xr[4 * q + 1], xr[4 * q + 2], xr[4 * q + 3]);
+    };
     float inv = 1.0f, sc = 1.0f;
     if constexpr (!BF16) {
-        __shared__ float wmax[4];
+        __shared__ float wmax[kPackThreads / 32];
         float m = 0.0f;
-        for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) m = fmaxf(m, fabsf(xr[k]));  // NaN is skipped
+        for (int64_t q = threadIdx.x; q < quads; q += kPackThreads) {
+            const float4 v = load4(q);  // fmaxf skips NaN
+            m = fmaxf(fmaxf(m, fmaxf(fabsf(v.x), fabsf(v.y))), fmaxf(fabsf(v.z), fabsf(v.w)));
+        }
         for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
         if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
         __syncthreads();
-        m = fmaxf(fmaxf(wmax[0], wmax[1]), fmaxf(wmax[2], wmax[3]));
+        m = 0.0f;
+        for (int w = 0; w < kPackThreads / 32; ++w) m = fmaxf(m, wmax[w]);
         int e = 0;
         if (m > 0.0f && m <= 3.0e38f) {
             int ex;
@@ -385,32 +397,26 @@ __global__ void __launch_bounds__(128) pack_kernel(const float* x, int64_t ldx, 
         sc = ldexpf(1.0f, e);
     }
     uint8_t* o = xp + size_t(r) * xrow_bytes;
-    for (int64_t grp = threadIdx.x; grp < cols / 16; grp += blockDim.x) {
-        uint32_t hw[8], lw[8];
+    for (int64_t q = threadIdx.x; q < quads; q += kPackThreads) {
+        const float4 v4 = load4(q);
+        const float v[4] = {v4.x * inv, v4.y * inv, v4.z * inv, v4.w * inv};  // exact: a power of two
+        uint32_t hb[4], lb[4];
 #pragma unroll
-        for (int q = 0; q < 16; q += 2) {
-            uint32_t hb[2], lb[2];
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const float v = xr[grp * 16 + q + u] * inv;  // exact: a power of two
-                if constexpr (BF16) {
-                    const __nv_bfloat16 hv = __float2bfloat16_rn(v);
-                    hb[u] = __bfloat16_as_ushort(hv);
-                    lb[u] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(hv)));
-                } else {
-                    const __half hv = __float2half_rn(v);
-                    hb[u] = __half_as_ushort(hv);
-                    lb[u] = __half_as_ushort(__float2half_rn(v - __half2float(hv)));
-                }
+        for (int u = 0; u < 4; ++u) {
+            if constexpr (BF16) {
+                const __nv_bfloat16 hv = __float2bfloat16_rn(v[u]);
+                hb[u] = __bfloat16_as_ushort(hv);
+                lb[u] = __bfloat16_as_ushort(__float2bfloat16_rn(v[u] - __bfloat162float(hv)));
+            } else {
+                const __half hv = __float2half_rn(v[u]);
+                hb[u] = __half_as_ushort(hv);
+                lb[u] = __half_as_ushort(__float2half_rn(v[u] - __half2float(hv)));
             }
-            hw[q / 2] = hb[0] | (hb[1] << 16);
-            lw[q / 2] = lb[0] | (lb[1] << 16);
         }
-        uint4* dst = reinterpret_cast<uint4*>(o + size_t(grp >> 1) * kXBlk + (grp & 1) * 32);
-        dst[0] = make_uint4(hw[0], hw[1], hw[2], hw[3]);
-        dst[1] = make_uint4(hw[4], hw[5], hw[6], hw[7]);
-        dst[4] = make_uint4(lw[0], lw[1], lw[2], lw[3]);  // + 64 bytes: the lo limbs
-        dst[5] = make_uint4(lw[4], lw[5], lw[6], lw[7]);
+        // Column 4q in its 32-column block of 128 bytes: hi[32] at + 2 (4q % 32), lo[32] 64 bytes on.
+        uint8_t* dst = o + size_t(q >> 3) * kXBlk + (q & 7) * 8;
+        *reinterpret_cast<uint2*>(dst) = make_uint2(hb[0] | (hb[1] << 16), hb[2] | (hb[3] << 16));
+        *reinterpret_cast<uint2*>(dst + 64) = make_uint2(lb[0] | (lb[1] << 16), lb[2] | (lb[3] << 16));
     }
     if (threadIdx.x == 0) scale[r] = sc;
 }
@@ -435,10 +441,11 @@ void pack(const DeviceMat& w, const float* x, int64_t ldx, int64_t n_rows, uint8
     if (n_rows > 0x7fffffff) fail("CUDA gemm: ", n_rows, " rows of x to pack");
     const unsigned grid = unsigned(n_rows);
     float* scale = reinterpret_cast<float*>(ws + L.scale_offset);
-    if (int(w.type) == kBF16)
-        cuda::launch(pack_kernel<true>, grid, 128, 0, stream, x, ldx, w.cols, ws, L.xrow_bytes, scale);
-    else
-        cuda::launch(pack_kernel<false>, grid, 128, 0, stream, x, ldx, w.cols, ws, L.xrow_bytes, scale);
+    const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (n_rows == 1 || ldx % 4 == 0);
+    const bool bf16 = int(w.type) == kBF16;
+    const auto kernel = bf16 ? (vec ? pack_kernel<true, true> : pack_kernel<true, false>)
+                             : (vec ? pack_kernel<false, true> : pack_kernel<false, false>);
+    cuda::launch(kernel, grid, kPackThreads, 0, stream, x, ldx, w.cols, ws, L.xrow_bytes, scale);
     DSV4_LAUNCH_CHECK();
 }
 
