@@ -10,6 +10,9 @@
 #include <random>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "backend/cpu/ops.h"
 #include "backend/cpu/quant.h"
 #include "backend/cuda/q8_0_device.h"
 
@@ -147,6 +150,37 @@ inline std::vector<float> random_x(int64_t cols, float spread, std::mt19937& rng
     std::uniform_int_distribution<int> ex(-int(spread), int(spread));
     for (auto& v : x) v = std::ldexp(nd(rng), ex(rng));
     return x;
+}
+
+// y (a replay of one token over GGUF rows `w` of `type`) against cpu::matmul on the same rows:
+// float32-grade, within 1e-6 of sum |x| |w| (the device tests' bound), and, where exact_bound > 0,
+// within exact_bound of sum |x| |w| of the exact (double) sum.
+inline void expect_float32_grade(gguf::TensorType type, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,
+                                 const std::vector<float>& x, const std::vector<float>& y, int WC,
+                                 double exact_bound = 0.0) {
+    Mat m;
+    m.type = type;
+    m.rows = rows;
+    m.cols = cols;
+    m.row_bytes = cpu::row_bytes(type, cols);
+    m.data = w.data();
+    std::vector<float> ref(static_cast<size_t>(rows));
+    cpu::matmul(x.data(), 1, m, ref.data());
+    std::vector<float> wrow(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        cpu::dequant_row(type, w.data() + size_t(r) * m.row_bytes, cols, wrow.data());
+        double absdot = 0.0, exact = 0.0;
+        for (int64_t k = 0; k < cols; ++k) {
+            absdot += std::fabs(double(wrow[size_t(k)]) * x[size_t(k)]);
+            exact += double(wrow[size_t(k)]) * x[size_t(k)];
+        }
+        ASSERT_LE(std::fabs(double(y[size_t(r)]) - ref[size_t(r)]), 1e-6 * absdot + 1e-30)
+            << "[" << rows << ", " << cols << "] WC " << WC << " row " << r << ": " << y[size_t(r)] << " vs "
+            << ref[size_t(r)];
+        if (exact_bound > 0.0) {
+            ASSERT_LE(std::fabs(double(y[size_t(r)]) - exact), exact_bound * absdot + 1e-30) << "row " << r;
+        }
+    }
 }
 
 }  // namespace dsv4::test

@@ -90,24 +90,8 @@ void check_replay(int64_t rows, int64_t cols, int WC, float x_spread) {
     const std::vector<float> x = dsv4::test::random_x(cols, x_spread, rng());
     const std::vector<float> y = replay(w, rows, cols, x.data(), WC);
 
-    Mat m;
-    m.type = TensorType::Q2_K;
-    m.rows = rows;
-    m.cols = cols;
-    m.row_bytes = cpu::row_bytes(TensorType::Q2_K, cols);
-    m.data = w.data();
-    std::vector<float> ref(static_cast<size_t>(rows));
-    cpu::matmul(x.data(), 1, m, ref.data());
-    std::vector<float> wrow(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-        cpu::dequant_row(TensorType::Q2_K, w.data() + size_t(r) * m.row_bytes, cols, wrow.data());
-        double absdot = 0.0;
-        for (int64_t k = 0; k < cols; ++k) absdot += std::fabs(double(wrow[size_t(k)]) * x[size_t(k)]);
-        // The device test's bound for Q2_K (tests/cuda/test_cuda_matvec.cpp): 1e-6 of sum |x| |w|.
-        ASSERT_LE(std::fabs(double(y[size_t(r)]) - ref[size_t(r)]), 1e-6 * absdot + 1e-30)
-            << "[" << rows << ", " << cols << "] WC " << WC << " row " << r << ": " << y[size_t(r)] << " vs "
-            << ref[size_t(r)];
-    }
+    // The device test's bound for Q2_K (tests/cuda/test_cuda_matvec.cpp): 1e-6 of sum |x| |w|.
+    dsv4::test::expect_float32_grade(TensorType::Q2_K, w, rows, cols, x, y, WC);
 }
 
 TEST(Q2KInt8, WarpReplayMatchesCpu) {

@@ -162,27 +162,8 @@ void check_replay(int64_t rows, int64_t cols, int WC, float x_spread) {
     const std::vector<float> x = dsv4::test::random_x(cols, x_spread, rng());
     const std::vector<float> y = replay(dev, rows, cols, x.data(), WC);
 
-    Mat m;
-    m.type = TensorType::Q8_0;
-    m.rows = rows;
-    m.cols = cols;
-    m.row_bytes = cpu::row_bytes(TensorType::Q8_0, cols);
-    m.data = src.data();
-    std::vector<float> ref(static_cast<size_t>(rows));
-    cpu::matmul(x.data(), 1, m, ref.data());
-    std::vector<float> wrow(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-        cpu::dequant_row(TensorType::Q8_0, src.data() + size_t(r) * m.row_bytes, cols, wrow.data());
-        double absdot = 0.0, exact = 0.0;
-        for (int64_t k = 0; k < cols; ++k) {
-            absdot += std::fabs(double(wrow[size_t(k)]) * x[size_t(k)]);
-            exact += double(wrow[size_t(k)]) * x[size_t(k)];
-        }
-        // float32-grade: within 1e-6 of sum |x| |w| of the CPU, and closer still to the exact sum.
-        ASSERT_LE(std::fabs(double(y[size_t(r)]) - ref[size_t(r)]), 1e-6 * absdot + 1e-30)
-            << "[" << rows << ", " << cols << "] WC " << WC << " row " << r;
-        ASSERT_LE(std::fabs(double(y[size_t(r)]) - exact), 4e-7 * absdot + 1e-30) << "row " << r;
-    }
+    // float32-grade: within 1e-6 of sum |x| |w| of the CPU, and closer still to the exact sum.
+    dsv4::test::expect_float32_grade(TensorType::Q8_0, src, rows, cols, x, y, WC, 4e-7);
 }
 
 TEST(Q8_0Device, WarpReplayMatchesCpu) {
