@@ -269,3 +269,24 @@ TEST(QualityCli, ExitStatusTableAndReceipt) {
     EXPECT_NE(test::read_text(dir.file("err.txt")).find("unknown key 'colour'"), std::string::npos);
     EXPECT_EQ(run_cli("quality --model " + files().model + " --tapes " + dir.file("none") + " 2> /dev/null"), 2);
 }
+
+// backend= reaches the arm's model: without a GPU the CUDA arm stops with an error naming CUDA
+// (it once ran on the CPU silently and reported KLD 0); with one, CPU and CUDA logits differ.
+TEST(QualityCli, BackendKeyChoosesWhereTheArmRuns) {
+    test::TempDir dir;
+    std::filesystem::create_directory(dir.path() / "tapes");
+    Model m(files().model);
+    write_tape(dir.file("tapes/one.tokens"), random_tokens(30, m.config().vocab, 5), "", m.config().vocab, "t");
+    const int rc = run_cli("quality --model " + files().model + " --tapes " + dir.file("tapes") +
+                           " --greedy 3 --b backend=cuda --json " + dir.file("q.json") + " > /dev/null 2> " +
+                           dir.file("err.txt"));
+    if (rc == 0) {
+        nlohmann::json j = nlohmann::json::parse(test::read_text(dir.file("q.json")));
+        EXPECT_EQ(j["arms"]["b"]["backend"], "cuda");
+        EXPECT_GT(j["tapes"][0]["kld_mean_nats"].get<double>(), 0.0);
+    } else {
+        EXPECT_EQ(rc, 1);
+        const std::string err = test::read_text(dir.file("err.txt"));
+        EXPECT_TRUE(err.find("cuda") != std::string::npos || err.find("CUDA") != std::string::npos) << err;
+    }
+}

@@ -40,12 +40,14 @@ int run_quality(const QualityArgs& args) {
         for (Tape& t : tapes)
             if (int64_t(t.tokens.size()) > args.max_tokens) t.tokens.resize(size_t(args.max_tokens));
 
-    // One Model per distinct file: arms that differ only in schedule share the weights.
+    // One Model per distinct file and backend: arms that differ only in schedule share the weights;
+    // backend= and gpus= choose where an arm's forwards run (as in bench).
     const std::string pa = arm_model_path(oa, args.model), pb = arm_model_path(ob, args.model);
+    auto key = [](const std::string& p, const ArmOptions& o) { return cat(p, "@", o.backend, "x", o.gpus); };
     std::map<std::string, std::unique_ptr<Model>> models;
-    for (const std::string& p : {pa, pb})
-        if (!models.count(p)) models[p] = std::make_unique<Model>(p);
-    QualityArm A{models[pa].get(), arm_prefill_options(oa)}, B{models[pb].get(), arm_prefill_options(ob)};
+    for (const auto& [p, o] : {std::pair<std::string, const ArmOptions&>{pa, oa}, {pb, ob}})
+        if (!models.count(key(p, o))) models[key(p, o)] = std::make_unique<Model>(p, o.backend, o.gpus);
+    QualityArm A{models[key(pa, oa)].get(), arm_prefill_options(oa)}, B{models[key(pb, ob)].get(), arm_prefill_options(ob)};
     const int64_t V = A.model->config().vocab;
     for (const Model* m : {A.model, B.model})
         if (m->config().vocab != V)
