@@ -1,5 +1,6 @@
 // Microbenchmark of the prefill projections, y[T, rows] = x[T, cols] · Wᵀ for T > 8, on one
-// device, in one run: dsv4's tensor path (Q8_0, x packing included: it is part of every call),
+// device, in one run: dsv4's tensor path (Q8_0, x packing included: it is part of every call) in
+// its two precisions (float32-grade two limbs, and one f16 limb: DSV4_GEMM_PRECISION=f16),
 // dsv4's float32 tiled path (Q8_0), and cuBLAS bf16 GemmEx on a dequantised bf16 copy of the same
 // weight (the reference rate) at DeepSeek-V4-Flash shapes for T = 512, 2048, 8192; then the
 // grouped expert product (256 experts x [2048, 4096], Q2_K and Q8_0, 2048 and 8192 tokens x top-6 rows
@@ -171,8 +172,11 @@ int main(int argc, char** argv) {
         CUBLAS_CHECK(cublasCreate(&cublas));
         CUBLAS_CHECK(cublasSetStream(cublas, s));
         cuda::GemmWorkspace ws;
-        cuda::GemmOptions tensor, simt;
+        cuda::GemmOptions tensor, tensor16, simt;
         tensor.path = cuda::GemmPath::Tensor;
+        tensor.precision = cuda::GemmPrecision::F32;
+        tensor16.path = cuda::GemmPath::Tensor;
+        tensor16.precision = cuda::GemmPrecision::F16;
         simt.path = cuda::GemmPath::Simt;
         std::mt19937_64 rng(1234);
         json results = json::array();
@@ -211,6 +215,9 @@ int main(int argc, char** argv) {
                 const double flop = 2.0 * double(T) * double(sh.rows) * double(sh.cols);
 
                 auto run_tensor = [&] { cuda::gemm(m, x.as<const float>(), sh.cols, T, y.as<float>(), sh.rows, ws, s, tensor); };
+                auto run_tensor16 = [&] {
+                    cuda::gemm(m, x.as<const float>(), sh.cols, T, y.as<float>(), sh.rows, ws, s, tensor16);
+                };
                 auto run_simt = [&] { cuda::gemm(m, x.as<const float>(), sh.cols, T, y2.as<float>(), sh.rows, ws, s, simt); };
                 const float one = 1.0f, zero = 0.0f;
                 auto run_cublas = [&] {
@@ -219,17 +226,21 @@ int main(int argc, char** argv) {
                                               &zero, yb.get(), CUDA_R_32F, int(sh.rows), CUBLAS_COMPUTE_32F,
                                               CUBLAS_GEMM_DEFAULT));
                 };
+                run_tensor16();
+                DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
+                const std::vector<float> h16 = download(y, yn);
                 run_tensor();
                 run_simt();
                 run_cublas();
                 DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
                 const std::vector<float> ht = download(y, yn), hs = download(y2, yn), hb = download(yb, yn);
-                const double check = rel_l2(ht, hs), check_cublas = rel_l2(hb, hs);
+                const double check = rel_l2(ht, hs), check16 = rel_l2(h16, hs), check_cublas = rel_l2(hb, hs);
 
                 // Fewer calls where one call is long (the float32 path at 8K tokens: ~10 ms).
                 const int calls = flop > 1e11 ? 2 : 10;
                 const Timing tc = time_calls(s, calls, reps, run_cublas);
                 const Timing tt = time_calls(s, calls, reps, run_tensor);
+                const Timing t16 = time_calls(s, calls, reps, run_tensor16);
                 const Timing tsim = time_calls(s, std::max(1, calls / 2), quick ? 1 : 3, run_simt);
                 const double cublas_tf = flop / (tc.median_us * 1e6);
                 if (sh.name == "2048x4096" && T == 8192) cublas_2048x4096_8192 = cublas_tf;
@@ -241,6 +252,7 @@ int main(int argc, char** argv) {
                     const char* what;
                 };
                 for (const Row& r : {Row{"dsv4_tensor", "Q8_0", tt, check, "rel_l2_vs_dsv4_simt"},
+                                     Row{"dsv4_tensor_f16", "Q8_0", t16, check16, "rel_l2_vs_dsv4_simt"},
                                      Row{"dsv4_simt", "Q8_0", tsim, 0.0, "oracle"},
                                      Row{"cublas_bf16_gemmex", "BF16", tc, check_cublas,
                                          "rel_l2_vs_dsv4_simt (cuBLAS rounds x and w to bf16)"}}) {
@@ -313,17 +325,27 @@ int main(int argc, char** argv) {
                 auto run_tensor = [&] {
                     cuda::gemm_experts(m, x.as<const float>(), doff.as<const int32_t>(), T, N, y.as<float>(), ws, s, tensor);
                 };
+                auto run_tensor16 = [&] {
+                    cuda::gemm_experts(m, x.as<const float>(), doff.as<const int32_t>(), T, N, y.as<float>(), ws, s,
+                                       tensor16);
+                };
                 auto run_simt = [&] {
                     cuda::gemm_experts(m, x.as<const float>(), doff.as<const int32_t>(), T, y2.as<float>(), s);
                 };
+                run_tensor16();
+                DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
+                const std::vector<float> h16 = download(y, size_t(N * rows));
                 run_tensor();
                 run_simt();
                 DSV4_CUDA_CHECK(cudaStreamSynchronize(s));
-                const double check = rel_l2(download(y, size_t(N * rows)), download(y2, size_t(N * rows)));
+                const std::vector<float> hs = download(y2, size_t(N * rows));
+                const double check = rel_l2(download(y, size_t(N * rows)), hs), check16 = rel_l2(h16, hs);
                 const Timing tt = time_calls(s, 2, reps, run_tensor);
+                const Timing t16 = time_calls(s, 2, reps, run_tensor16);
                 const Timing tsim = time_calls(s, 1, quick ? 1 : 3, run_simt);
                 for (const auto& [impl, tm, chk] :
-                     {std::tuple<const char*, Timing, double>{"dsv4_tensor", tt, check}, {"dsv4_simt", tsim, 0.0}}) {
+                     {std::tuple<const char*, Timing, double>{"dsv4_tensor", tt, check}, {"dsv4_tensor_f16", t16, check16},
+                      {"dsv4_simt", tsim, 0.0}}) {
                     const double tf = flop / (tm.median_us * 1e6);
                     json r = {{"shape", "experts_256x2048x4096_top6"},
                               {"rows", rows},

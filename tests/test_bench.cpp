@@ -89,7 +89,7 @@ TEST(Bench, ReceiptNamesTheSwitchesThatAreSet) {
     unsetenv("DSV4_CUDA_GRAPHS");
     const bool threads_set = std::getenv("DSV4_THREADS") != nullptr;
     nlohmann::json h = receipt_header(DSV4_SOURCE_DIR, "dsv4 bench");
-    EXPECT_EQ(h.contains("switches"), threads_set || std::getenv("DSV4_GEMM_PATH"));
+    EXPECT_EQ(h.contains("switches"), threads_set || std::getenv("DSV4_GEMM_PATH") || std::getenv("DSV4_GEMM_PRECISION"));
     setenv("DSV4_CUDA_PRECAPTURE", "0", 1);
     h = receipt_header(DSV4_SOURCE_DIR, "dsv4 bench");
     unsetenv("DSV4_CUDA_PRECAPTURE");

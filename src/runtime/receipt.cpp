@@ -146,7 +146,7 @@ nlohmann::json switches_json() {
     // receipt names those that are set, since its command line does not show them.
     nlohmann::json j = nlohmann::json::object();
     for (const char* name : {"DSV4_CUDA_GRAPHS", "DSV4_CUDA_PRECAPTURE", "DSV4_CUDA_PDL", "DSV4_CUDA_SIDE",
-                             "DSV4_CUDA_PACK_ONCE", "DSV4_GEMM_PATH", "DSV4_THREADS"})
+                             "DSV4_CUDA_PACK_ONCE", "DSV4_GEMM_PATH", "DSV4_GEMM_PRECISION", "DSV4_THREADS"})
         if (const char* v = std::getenv(name)) j[name] = v;
     return j;
 }

@@ -10,6 +10,10 @@
 // the dot product), with
 //   tol = 1e-5 on the float32 tiled kernel (float32 FMA in another order),
 //   2e-6 on the tensor kernel with f16 limbs (Q8_0, Q2_K),
+//   on its one-limb form (GemmPrecision::F16: one f16 limb of x, and of the weight for Q2_K, whose
+//   rounding is at most 2^-11 of each) 2^-11 + 2e-6 for Q8_0, 2^-10 + 2e-6 for Q2_K, and over the
+//   whole output ||cuda - cpu|| / ||cpu|| below 2^-11 (Q8_0) or 2^-10 (Q2_K): the per-term bound
+//   (random rounding errors give about 0.6 and 0.8 of it),
 //   and, where T <= 8 goes to matvec, the matvec test's: 2e-6 on its tensor path with f16 limbs
 //   (Q8_0, F16), 1e-5 with bf16 limbs (BF16), 1e-6 on its simple path;
 // and over the whole output ||cuda - cpu|| / ||cpu|| below 1e-5 (3e-5 for bf16 limbs). A wrong
@@ -19,7 +23,8 @@
 // T = 16..1000, rows that leave partial 128-row tiles, 256..4096 columns, strides, slices, the
 // grouped form with workspace, tokens of magnitudes 1e-15..1e15, and against the float32 kernel on
 // the same inputs (and bit-for-bit against itself). The environment variable DSV4_GEMM_PATH, if
-// set when the tests run, moves the Auto tests to that path (their tolerance follows).
+// set when the tests run, moves the Auto tests to that path, and DSV4_GEMM_PRECISION=f16 their
+// tensor calls to one limb (their tolerance follows).
 //
 // Device tests skip (reported as skipped, not passed) where no CUDA device is visible; the
 // argument checks at the end run everywhere.
@@ -131,7 +136,12 @@ cuda::GemmPath env_path() {
     return cuda::GemmPath::Auto;
 }
 
-Tolerance tensor_tolerance(const cuda::DeviceMat& w) {
+Tolerance tensor_tolerance(const cuda::DeviceMat& w, cuda::GemmOptions opt = {}) {
+    const cuda::GemmPrecision p = opt.precision == cuda::GemmPrecision::Auto ? cuda::gemm_env_precision() : opt.precision;
+    if (p == cuda::GemmPrecision::F16) {
+        const double u = w.type == TensorType::Q2_K ? std::ldexp(1.0, -10) : std::ldexp(1.0, -11);
+        return {u + 2e-6, u};
+    }
     if (w.type == TensorType::BF16) return {1e-5, 3e-5};
     return {2e-6, 1e-5};
 }
@@ -139,14 +149,14 @@ constexpr Tolerance kSimtTolerance{1e-5, 1e-5};
 
 // The tolerance of the path gemm takes for this view, T (or max_rows) and options.
 Tolerance tolerance_for(const cuda::DeviceMat& w, int64_t T, cuda::GemmOptions opt = {}) {
-    if (opt.path == cuda::GemmPath::Tensor) return tensor_tolerance(w);
+    if (opt.path == cuda::GemmPath::Tensor) return tensor_tolerance(w, opt);
     if (opt.path == cuda::GemmPath::Simt) return kSimtTolerance;
     const bool tc = cuda::gemm_tensor_supported(w);
     if (T > cuda::kMaxMatvecTokens) {
         const cuda::GemmPath e = env_path();
         if (e == cuda::GemmPath::Simt) return kSimtTolerance;
-        if (e == cuda::GemmPath::Tensor) return tc ? tensor_tolerance(w) : kSimtTolerance;
-        return T >= cuda::kMinTensorTokens && tc ? tensor_tolerance(w) : kSimtTolerance;
+        if (e == cuda::GemmPath::Tensor) return tc ? tensor_tolerance(w, opt) : kSimtTolerance;
+        return T >= cuda::kMinTensorTokens && tc ? tensor_tolerance(w, opt) : kSimtTolerance;
     }
     if (!cuda::tensor_path_supported(w)) return {1e-6, 1e-5};
     if (w.type == TensorType::BF16) return {1e-5, 3e-5};
@@ -213,7 +223,7 @@ void check_gemm(const Weight& w, int64_t r0, int64_t r1, int64_t T, int64_t pad_
     SCOPED_TRACE(std::string(dsv4::gguf::type_name(m.type)) + " [" + std::to_string(m.rows) + ", " +
                  std::to_string(m.cols) + "] rows " + std::to_string(r0) + ".." + std::to_string(r1) +
                  " T=" + std::to_string(T) + " ldx=" + std::to_string(ldx) + " ldy=" + std::to_string(ldy) +
-                 " path=" + std::to_string(int(opt.path)));
+                 " path=" + std::to_string(int(opt.path)) + " precision=" + std::to_string(int(opt.precision)));
     const cuda::DeviceMat view = (r0 == 0 && r1 == m.rows) ? w.dev.mat : cuda::slice_rows(w.dev.mat, r0, r1);
 
     std::vector<float> x = make_x(T, m.cols, ldx, extreme);
@@ -334,7 +344,8 @@ void check_experts(TensorType type, int64_t rows, int64_t cols, const std::vecto
     std::string desc = std::string(dsv4::gguf::type_name(type)) + " [" + std::to_string(rows) + ", " +
                        std::to_string(cols) + "] x" + std::to_string(count) + " N=" + std::to_string(N) +
                        " max_rows=" + std::to_string(max_rows) + (grouped ? " with workspace" : "") +
-                       " path=" + std::to_string(int(opt.path)) + " offsets";
+                       " path=" + std::to_string(int(opt.path)) + " precision=" + std::to_string(int(opt.precision)) +
+                       " offsets";
     for (int32_t o : offsets) desc += " " + std::to_string(o);
     SCOPED_TRACE(desc);
     const Weight w = make_weight(type, rows, cols, count);
@@ -542,6 +553,69 @@ TEST(CudaGemmTensor, ExpertsWithWorkspace) {
     check_experts(TensorType::Q8_0, 100, 256, {0, 0, 37, 170, 170, 300, 303}, 310, 200, true,
                   with_path(cuda::GemmPath::Simt));
     check_experts(TensorType::Q8_0, 40, 64, {0, 0, 0, 0}, 12, 12, true, tensor);
+}
+
+// ---- the one-limb form (GemmPrecision::F16) ----
+
+cuda::GemmOptions one_limb() {
+    cuda::GemmOptions o = with_path(cuda::GemmPath::Tensor);
+    o.precision = cuda::GemmPrecision::F16;
+    return o;
+}
+
+TEST(CudaGemmOneLimb, MatchesCpuWithinTheF16Bound) {
+    REQUIRE_DEVICE();
+    cuda::GemmWorkspace ws;
+    const auto f16 = one_limb();
+    for (TensorType type : kTensorTypes) {
+        // Partial row tiles, 1 .. 16 super-blocks of columns, all three token tiles and partial ones.
+        for (auto [rows, cols] : {std::pair<int64_t, int64_t>{100, 256}, {257, 1024}, {300, 4096}}) {
+            const Weight w = make_weight(type, rows, cols);
+            for (int64_t T : {int64_t(16), int64_t(33), int64_t(64), int64_t(100), int64_t(300)})
+                check_gemm(w, 0, rows, T, 3, 5, ws, f16);
+        }
+        const Weight w = make_weight(type, 300, type == TensorType::Q2_K ? 512 : 96);
+        check_gemm(w, 37, 250, 100, 3, 1, ws, f16);  // an interior slice, padded strides
+        check_gemm(w, 0, 300, 40, 0, 0, ws, f16, true);  // tokens x1e15 and x1e-15 in one tile
+    }
+}
+
+TEST(CudaGemmOneLimb, Experts) {
+    REQUIRE_DEVICE();
+    for (TensorType type : kTensorTypes) {
+        const int64_t cols = type == TensorType::Q2_K ? 512 : 256;
+        check_experts(type, 100, cols, {0, 0, 37, 170, 170, 300, 303}, 310, 200, true, one_limb());  // 64-token tiles
+        check_experts(type, 257, cols, {0, 1, 129, 258, 258, 515, 531}, 531, 257, true, one_limb());  // 128
+        check_experts(type, 70, cols, {0, 0, 31, 63, 96, 161, 162}, 162, 65, true, one_limb());  // 32
+    }
+}
+
+// The option reaches the kernel: one limb gives other bits than two (and repeats bit for bit).
+TEST(CudaGemmOneLimb, DiffersFromTwoLimbsAndRepeats) {
+    REQUIRE_DEVICE();
+    cuda::GemmWorkspace ws;
+    for (TensorType type : kTensorTypes) {
+        SCOPED_TRACE(dsv4::gguf::type_name(type));
+        const int64_t rows = 200, cols = 1024, T = 70;
+        const Weight w = make_weight(type, rows, cols);
+        std::vector<float> x = make_x(T, cols, cols);
+        cuda::DeviceBuffer dx(x.size() * 4), dy(size_t(T * rows) * 4);
+        dx.upload(x.data(), x.size() * 4);
+        auto run = [&](cuda::GemmPrecision p) {
+            cuda::GemmOptions o = with_path(cuda::GemmPath::Tensor);
+            o.precision = p;
+            dy.fill_bytes(0xff);
+            cuda::gemm(w.dev.mat, dx.as<const float>(), cols, T, dy.as<float>(), rows, ws, nullptr, o);
+            cuda::synchronize();
+            std::vector<float> y(size_t(T * rows));
+            dy.download(y.data(), y.size() * 4);
+            return y;
+        };
+        const std::vector<float> a = run(cuda::GemmPrecision::F16), b = run(cuda::GemmPrecision::F32);
+        const std::vector<float> a2 = run(cuda::GemmPrecision::F16);
+        EXPECT_NE(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "one limb gave the two-limb results";
+        EXPECT_EQ(std::memcmp(a.data(), a2.data(), a.size() * 4), 0) << "one-limb path not repeatable";
+    }
 }
 
 TEST(CudaGemmTensor, ModelShapes) {

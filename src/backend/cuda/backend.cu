@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_query.h"
 #include "backend/cuda/forward.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/sharded_backend.h"
 
 namespace dsv4::cuda {
@@ -18,6 +19,7 @@ namespace {
 std::unique_ptr<ForwardBackend> open_cuda(const Model& m, int gpus) {
     if (device_count() == 0) fail("--backend cuda: no CUDA device is visible (cudaGetDeviceCount found none)");
     if (!m.has_file()) fail(m.name(), ": a model without a file cannot be uploaded");
+    gemm_env_precision();  // a bad DSV4_GEMM_PRECISION stops here, before the upload
     if (gpus > 1) return make_sharded_backend(m, gpus);
     return std::make_unique<CudaBackend>(m.config(), upload_weights(m.config(), m.weights()));
 }

@@ -80,6 +80,7 @@ CudaBackend::CudaBackend(const ModelConfig& c, DeviceModelWeights w, const Shard
     // On since the H100 run of 2026-12-07 (docs/CUDA.md, "Launch overlap"); "0" turns each off.
     side_ = env_switch("DSV4_CUDA_SIDE", true);
     pack_once_ = env_switch("DSV4_CUDA_PACK_ONCE", true);
+    gemm_env_precision();  // throws on a bad DSV4_GEMM_PRECISION now rather than in the first forward
     if (shard) {
         if (!shard->comm || shard->comm->size() != shard->plan.ranks || shard->comm->rank() != shard->plan.rank)
             fail("CUDA shard: the plan (rank ", shard->plan.rank, " of ", shard->plan.ranks,

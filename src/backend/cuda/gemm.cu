@@ -207,6 +207,11 @@ GemmPath env_path() {
     return p;
 }
 
+int limbs_of(const GemmOptions& opt) {
+    const GemmPrecision p = opt.precision == GemmPrecision::Auto ? gemm_env_precision() : opt.precision;
+    return p == GemmPrecision::F16 ? 1 : 2;
+}
+
 // The path for this weight and token count (T: tokens, or max_rows for experts).
 // opt.path Tensor throws on a weight the tensor kernel does not take; DSV4_GEMM_PATH=tensor
 // falls back to the float32 kernel there (so that a whole forward still runs under it).
@@ -238,6 +243,16 @@ DeviceMat slice_rows(const DeviceMat& w, int64_t r0, int64_t r1) {
 }
 
 bool gemm_tensor_supported(const DeviceMat& w) { return gemm_detail::tc_supported(w); }
+
+GemmPrecision gemm_env_precision() {
+    static const GemmPrecision p = [] {
+        const char* v = std::getenv("DSV4_GEMM_PRECISION");
+        if (!v || !*v || std::strcmp(v, "f32") == 0) return GemmPrecision::F32;
+        if (std::strcmp(v, "f16") == 0) return GemmPrecision::F16;
+        fail("DSV4_GEMM_PRECISION=", v, ": expected f32 (float32-grade, the default) or f16");
+    }();
+    return p;
+}
 
 void* GemmWorkspace::get(size_t bytes) {
     if (bytes > buf_.size()) {
@@ -281,7 +296,7 @@ void gemm(const DeviceMat& w, const float* x, int64_t ldx, int64_t T, float* y, 
 
     if (choose(w, T, opt, "CUDA gemm") == GemmPath::Tensor) {
         const size_t bytes = gemm_detail::tc_workspace_bytes(w, T);
-        gemm_detail::tc_gemm(w, x, T > 1 ? ldx : w.cols, T, y, T > 1 ? ldy : w.rows, ws.get(bytes), bytes, stream);
+        gemm_detail::tc_gemm(w, x, T > 1 ? ldx : w.cols, T, y, T > 1 ? ldy : w.rows, ws.get(bytes), bytes, limbs_of(opt), stream);
         return;
     }
 
@@ -317,7 +332,7 @@ void gemm_experts(const DeviceMat& w, const float* x, const int32_t* offsets, in
     if (max_rows == 0 || n_rows == 0) return;
     if (choose(w, max_rows, opt, "CUDA gemm_experts") == GemmPath::Tensor) {
         const size_t bytes = gemm_detail::tc_workspace_bytes(w, n_rows);
-        gemm_detail::tc_gemm_experts(w, x, offsets, max_rows, n_rows, y, ws.get(bytes), bytes, stream);
+        gemm_detail::tc_gemm_experts(w, x, offsets, max_rows, n_rows, y, ws.get(bytes), bytes, limbs_of(opt), stream);
         return;
     }
     gemm_experts(w, x, offsets, max_rows, y, stream);

@@ -17,6 +17,14 @@
 // The environment variable DSV4_GEMM_PATH=simt|tensor (read once) forces that kernel for T > 8
 // (tensor only where it takes the weight; matvec keeps T <= 8); GemmOptions::path forces a kernel
 // per call for every T (tests compare both; Tensor on a weight it does not take throws).
+//
+// Precision of the tensor path: DSV4_GEMM_PRECISION (read once) = f32 (the default: two limbs,
+// float32-grade as above) or f16: one f16 limb of x (the same per-token power-of-two scale, 11
+// significant bits) and of the Q2_K weights (w 2^k rounded to f16), Q8_0 codes exact, one MMA per
+// fragment (three times fewer for Q2_K, half for Q8_0): each product within about 2^-11 |x||w|
+// (2 x 2^-11 for Q2_K), so |error| <= 2^-10 sum |x||w| plus float32 accumulation; the cuBLAS
+// fp16 grade, finer than bf16. The matvec (T <= 8) and float32 kernels do not change.
+// GemmOptions::precision sets it per call (tests, benchmarks).
 #pragma once
 #include <cstdint>
 
@@ -33,14 +41,20 @@ DeviceMat slice_rows(const DeviceMat& w, int64_t r0, int64_t r1);
 constexpr int kMinTensorTokens = 16;
 
 enum class GemmPath { Auto, Simt, Tensor };
+enum class GemmPrecision { Auto, F32, F16 };  // Auto: what DSV4_GEMM_PRECISION says
 
 // Internal options (tests, benchmarks). path: Auto as above (or what DSV4_GEMM_PATH says); Simt:
 // the float32 tiled kernel for every T (matvec included); Tensor: the tensor kernel for every T
 // (throws on a weight it does not take).
 struct GemmOptions {
     GemmPath path = GemmPath::Auto;
+    GemmPrecision precision = GemmPrecision::Auto;
     PackedX packed;  // x's int8 limbs, for a matvec-sized Q8_0 product (matvec.h)
 };
+
+// What DSV4_GEMM_PRECISION asks for (F32 or F16), read once; throws naming a value other than
+// f32 or f16 (the backend calls it when it starts, so a typo stops the run before it measures).
+GemmPrecision gemm_env_precision();
 
 // Whether the tensor path takes this weight (type Q8_0, cols % 32 == 0).
 bool gemm_tensor_supported(const DeviceMat& w);

@@ -1,5 +1,6 @@
 // The tensor-core path of gemm / gemm_experts (T > 8): y = x · Wᵀ with mma.sync m16n8k16 and
-// float32 accumulation, float32-grade results (see gemm.h and docs/PERFORMANCE.md).
+// float32 accumulation, float32-grade results (see gemm.h and docs/PERFORMANCE.md); with one limb
+// (DSV4_GEMM_PRECISION=f16, LIMBS = 1) only the hi limbs below are written and multiplied.
 //
 // x is packed once per call (pack_kernel) into two 16-bit limbs per value, x = hi + lo:
 //   * f16 limbs with a per-token power-of-two scale 2^e that puts max|x| of the token in
@@ -22,7 +23,9 @@
 //     barrier, double-buffered, once per block (not per warp): Q8_0 int8 -> f16 exactly (byte
 //     permute), F16/BF16 as stored, rows of 80 bytes; Q2_K as two f16 limbs of the weight itself,
 //     w 2^k = hi + lo (w decoded as the CPU does, 2^k per row and super-block from d and dmin so
-//     that every |w| 2^k < 2^15: about 22 bits of each weight), rows of 144 bytes (hi[32] lo[32]).
+//     that every |w| 2^k < 2^15: about 22 bits of each weight), rows of 144 bytes (hi[32] lo[32]);
+//     a thread's 16 values share one sub-block, whose codes take only four values: their limbs are
+//     computed once and each pair picked by a byte permute (WChunk<kQ2_K>::limbs_f16).
 //     All row pitches keep ldmatrix conflict-free.
 //   * Each warp loads its A (weights) and B (x limbs) fragments with ldmatrix.x4 and issues two
 //     MMAs per fragment pair (hi, lo) into a partial sum P, three for Q2_K (w_hi x_hi, w_hi x_lo,
@@ -53,14 +56,15 @@ constexpr int kXLd = 144;   // bytes per token of an x stage (32 hi + 32 lo + 16
 constexpr int kXBlk = 128;  // packed x bytes per token and 32-column block
 template <int BN>
 __host__ __device__ constexpr int x_stage_bytes() { return BN * kXLd; }
-template <int TYPE>
-__host__ __device__ constexpr int a_ld() { return TYPE == kQ2_K ? kALd2 : kALd; }
+// Q2_K weights take two limbs in shared memory only when x does (the float32-grade mode).
+template <int TYPE, int LIMBS>
+__host__ __device__ constexpr int a_ld() { return TYPE == kQ2_K && LIMBS == 2 ? kALd2 : kALd; }
 static_assert(kThreads == 2 * kBM, "one thread per 16-weight half row of a step");
 static_assert(kBK == 32, "a step is one Q8_0 block / two Q2_K sub-blocks");
 
-template <int TYPE, int BN>
+template <int TYPE, int BN, int LIMBS>
 constexpr size_t smem_bytes() {
-    return size_t(kStages) * x_stage_bytes<BN>() + 2 * size_t(kBM) * a_ld<TYPE>() + 2 * kBM * sizeof(float);
+    return size_t(kStages) * x_stage_bytes<BN>() + 2 * size_t(kBM) * a_ld<TYPE, LIMBS>() + 2 * kBM * sizeof(float);
 }
 
 struct TcParams {
@@ -167,11 +171,14 @@ __device__ bool expert_tile(const int32_t* offsets, int experts, int64_t id, int
     return s_e >= 0;
 }
 
-template <int TYPE, bool EXPERTS, int BN>
+// LIMBS = 2: the float32-grade form above; LIMBS = 1 (DSV4_GEMM_PRECISION=f16): only the hi limbs
+// of x and of the Q2_K weights, one MMA per fragment pair.
+template <int TYPE, bool EXPERTS, int BN, int LIMBS>
 __global__ void __launch_bounds__(kThreads, BN <= 64 ? 2 : 1) tc_gemm_kernel(const TcParams p) {
     grid_begin();
-    constexpr bool kBf16 = TYPE == kBF16, kTwoLimbs = TYPE == kQ2_K;
-    constexpr int ALd = a_ld<TYPE>(), ABytes = kBM * ALd, XStageBytes = x_stage_bytes<BN>();
+    static_assert(LIMBS == 1 || LIMBS == 2, "one or two limbs");
+    constexpr bool kBf16 = TYPE == kBF16, kTwoLimbs = TYPE == kQ2_K && LIMBS == 2;
+    constexpr int ALd = a_ld<TYPE, LIMBS>(), ABytes = kBM * ALd, XStageBytes = x_stage_bytes<BN>();
     // BN / 32 warps across the tokens (32 each), the rest down the rows: MI m16 fragments each.
     constexpr int WCN = BN / 32, MI = BN / 32, WROWS = 16 * MI;
     static_assert(BN == 32 || BN == 64 || BN == 128, "token tiles of 32, 64 or 128");
@@ -201,13 +208,14 @@ __global__ void __launch_bounds__(kThreads, BN <= 64 ? 2 : 1) tc_gemm_kernel(con
     const int nks = int(p.cols / kBK);
     const uint8_t* xb = p.xp + size_t(m0) * p.xrow_bytes;
 
-    // x limbs of step s.
+    // x limbs of step s: 8 16-byte chunks a token (hi then lo), or the 4 of hi alone.
     auto issue_x = [&](int s) {
         if (s < nks) {
             uint8_t* dst = xst + (s % kStages) * XStageBytes;
+            constexpr int kChunks = 4 * LIMBS;
 #pragma unroll
-            for (int i = tid; i < BN * 8; i += kThreads) {
-                const int n = i >> 3, c = i & 7;
+            for (int i = tid; i < BN * kChunks; i += kThreads) {
+                const int n = i / kChunks, c = i % kChunks;
                 const bool ok = n < ntok;
                 const uint8_t* src = ok ? xb + size_t(n) * p.xrow_bytes + size_t(s) * kXBlk + c * 16 : p.xp;
                 cp_async16(dst + n * kXLd + c * 16, src, ok ? 16 : 0);
@@ -223,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, BN <= 64 ? 2 : 1) tc_gemm_kernel(con
     WChunk<TYPE> wck;
     auto fetch_w = [&](int s) { wck.fetch(wrow, int64_t(s) * kBK + 16 * lh, p.cols, vec); };
     auto store_w = [&](int s) {
-        uint32_t h[kTwoLimbs ? 16 : 8];
+        uint32_t h[8], hl[8];  // the operands as stored in shared memory; hl: the Q2_K lo limbs
         uint8_t* dst = ast + (s & 1) * ABytes + lr * ALd + lh * 32;
         float* scale = dsm + (s & 1) * kBM + lr;
         if constexpr (TYPE == kQ8_0) {
@@ -231,8 +239,6 @@ __global__ void __launch_bounds__(kThreads, BN <= 64 ? 2 : 1) tc_gemm_kernel(con
             for (int j = 0; j < 4; ++j) bytes_to_f16x2<true>(wck.q[j], h[2 * j], h[2 * j + 1]);
             if (lh == 0) *scale = __half2float(__ushort_as_half(uint16_t(wck.d)));
         } else if constexpr (TYPE == kQ2_K) {
-            float w[16];
-            wck.decode(w);  // bit for bit the CPU's weights
             // 2^k with (45 |d| + 15 |dmin|) 2^k in [2^14, 2^15): a bound on every |w| 2^k.
             const float d = __half2float(__ushort_as_half(uint16_t(wck.dd & 0xffffu)));
             const float dmin = __half2float(__ushort_as_half(uint16_t(wck.dd >> 16)));
@@ -240,15 +246,7 @@ __global__ void __launch_bounds__(kThreads, BN <= 64 ? 2 : 1) tc_gemm_kernel(con
             int ex = 0;
             if (bound > 0.0f && bound <= 3.0e38f) frexpf(bound, &ex);  // bound in [2^(ex-1), 2^ex)
             const int k = max(-100, min(100, 15 - ex));
-            const float up = ldexpf(1.0f, k);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const float v0 = w[2 * j] * up, v1 = w[2 * j + 1] * up;  // exact: a power of two
-                const __half h0 = __float2half_rn(v0), h1 = __float2half_rn(v1);
-                const __half l0 = __float2half_rn(v0 - __half2float(h0)), l1 = __float2half_rn(v1 - __half2float(h1));
-                h[j] = uint32_t(__half_as_ushort(h0)) | (uint32_t(__half_as_ushort(h1)) << 16);
-                h[8 + j] = uint32_t(__half_as_ushort(l0)) | (uint32_t(__half_as_ushort(l1)) << 16);
-            }
+            wck.template limbs_f16<kTwoLimbs>(ldexpf(1.0f, k), h, hl);
             if (lh == 0) *scale = ldexpf(1.0f, -k);
         } else {
 #pragma unroll
@@ -257,8 +255,8 @@ __global__ void __launch_bounds__(kThreads, BN <= 64 ? 2 : 1) tc_gemm_kernel(con
         reinterpret_cast<uint4*>(dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
         reinterpret_cast<uint4*>(dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
         if constexpr (kTwoLimbs) {  // + 64 bytes: the lo limbs
-            reinterpret_cast<uint4*>(dst)[4] = make_uint4(h[8], h[9], h[10], h[11]);
-            reinterpret_cast<uint4*>(dst)[5] = make_uint4(h[12], h[13], h[14], h[15]);
+            reinterpret_cast<uint4*>(dst)[4] = make_uint4(hl[0], hl[1], hl[2], hl[3]);
+            reinterpret_cast<uint4*>(dst)[5] = make_uint4(hl[4], hl[5], hl[6], hl[7]);
         }
     };
 
@@ -273,7 +271,9 @@ __global__ void __launch_bounds__(kThreads, BN <= 64 ? 2 : 1) tc_gemm_kernel(con
     // ldmatrix lane addresses (byte offsets inside a buffer): A rows WROWS wr + 16 i + (lane & 15),
     // k half (lane >> 4); B tokens 32 wc + 8 j + (lane & 7), matrix lane >> 3 = (limb, k half).
     const int a_off = (wr * WROWS + (lane & 15)) * ALd + (lane >> 4) * 16;
-    const int b_off = (wc * 32 + (lane & 7)) * kXLd + ((lane >> 4) & 1) * 64 + ((lane >> 3) & 1) * 16;
+    // One limb: matrix lane >> 3 = (k step kk, k half), so one ldmatrix.x4 serves both kk.
+    const int b_off = (wc * 32 + (lane & 7)) * kXLd + ((lane >> 4) & 1) * (LIMBS == 2 ? 64 : 32) +
+                      ((lane >> 3) & 1) * 16;
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) issue_x(s);
@@ -292,24 +292,40 @@ __global__ void __launch_bounds__(kThreads, BN <= 64 ? 2 : 1) tc_gemm_kernel(con
 
         const uint32_t xbase = smem_u32(xst + (s % kStages) * XStageBytes);
         const uint32_t abase = smem_u32(ast + (s & 1) * ABytes);
+        if constexpr (LIMBS == 2) {
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-            uint32_t a[MI][4], b[4][4], al[kTwoLimbs ? MI : 1][4];
+            for (int kk = 0; kk < 2; ++kk) {
+                uint32_t a[MI][4], b[4][4], al[kTwoLimbs ? MI : 1][4];
 #pragma unroll
-            for (int i = 0; i < MI; ++i) {
-                ldsm_x4(a[i], abase + a_off + i * 16 * ALd + kk * 32);
-                if constexpr (kTwoLimbs) ldsm_x4(al[i], abase + a_off + i * 16 * ALd + kk * 32 + 64);
-            }
-#pragma unroll
-            for (int j = 0; j < 4; ++j) ldsm_x4(b[j], xbase + b_off + j * 8 * kXLd + kk * 32);
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    mma16816<kBf16>(part[i][j], a[i], b[j][0], b[j][1]);  // hi limbs
-                    mma16816<kBf16>(part[i][j], a[i], b[j][2], b[j][3]);  // lo limbs of x
-                    if constexpr (kTwoLimbs) mma16816<false>(part[i][j], al[i], b[j][0], b[j][1]);  // lo of w
+                for (int i = 0; i < MI; ++i) {
+                    ldsm_x4(a[i], abase + a_off + i * 16 * ALd + kk * 32);
+                    if constexpr (kTwoLimbs) ldsm_x4(al[i], abase + a_off + i * 16 * ALd + kk * 32 + 64);
                 }
+#pragma unroll
+                for (int j = 0; j < 4; ++j) ldsm_x4(b[j], xbase + b_off + j * 8 * kXLd + kk * 32);
+#pragma unroll
+                for (int i = 0; i < MI; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        mma16816<kBf16>(part[i][j], a[i], b[j][0], b[j][1]);  // hi limbs
+                        mma16816<kBf16>(part[i][j], a[i], b[j][2], b[j][3]);  // lo limbs of x
+                        if constexpr (kTwoLimbs) mma16816<false>(part[i][j], al[i], b[j][0], b[j][1]);  // lo of w
+                    }
+            }
+        } else {
+            uint32_t b[4][4];  // {kk 0: k0-7, k8-15; kk 1: k0-7, k8-15} of the hi limbs
+#pragma unroll
+            for (int j = 0; j < 4; ++j) ldsm_x4(b[j], xbase + b_off + j * 8 * kXLd);
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+                uint32_t a[MI][4];
+#pragma unroll
+                for (int i = 0; i < MI; ++i) ldsm_x4(a[i], abase + a_off + i * 16 * ALd + kk * 32);
+#pragma unroll
+                for (int i = 0; i < MI; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) mma16816<kBf16>(part[i][j], a[i], b[j][2 * kk], b[j][2 * kk + 1]);
+            }
         }
 
         if constexpr (TYPE == kQ8_0 || TYPE == kQ2_K) {  // acc += the step's row scale * P
@@ -360,9 +376,10 @@ __global__ void __launch_bounds__(kThreads, BN <= 64 ? 2 : 1) tc_gemm_kernel(con
 
 // One block per packed row: limbs of every value, 4 consecutive values a thread at a time (float4
 // loads where x is 16-byte aligned with ldx % 4 == 0: VEC), two passes over the row (its max,
-// then the limbs; the second reads what the first brought into L1/L2).
+// then the limbs; the second reads what the first brought into L1/L2). LO: write the lo limbs
+// (two-limb kernels); without, their bytes are left alone (one-limb kernels never read them).
 constexpr int kPackThreads = 256;
-template <bool BF16, bool VEC>
+template <bool BF16, bool VEC, bool LO>
 __global__ void __launch_bounds__(kPackThreads) pack_kernel(const float* x, int64_t ldx, int64_t cols, uint8_t* xp,
                                                             size_t xrow_bytes, float* scale) {
     grid_begin();
@@ -406,17 +423,17 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const float* x, int6
             if constexpr (BF16) {
                 const __nv_bfloat16 hv = __float2bfloat16_rn(v[u]);
                 hb[u] = __bfloat16_as_ushort(hv);
-                lb[u] = __bfloat16_as_ushort(__float2bfloat16_rn(v[u] - __bfloat162float(hv)));
+                if constexpr (LO) lb[u] = __bfloat16_as_ushort(__float2bfloat16_rn(v[u] - __bfloat162float(hv)));
             } else {
                 const __half hv = __float2half_rn(v[u]);
                 hb[u] = __half_as_ushort(hv);
-                lb[u] = __half_as_ushort(__float2half_rn(v[u] - __half2float(hv)));
+                if constexpr (LO) lb[u] = __half_as_ushort(__float2half_rn(v[u] - __half2float(hv)));
             }
         }
         // Column 4q in its 32-column block of 128 bytes: hi[32] at + 2 (4q % 32), lo[32] 64 bytes on.
         uint8_t* dst = o + size_t(q >> 3) * kXBlk + (q & 7) * 8;
         *reinterpret_cast<uint2*>(dst) = make_uint2(hb[0] | (hb[1] << 16), hb[2] | (hb[3] << 16));
-        *reinterpret_cast<uint2*>(dst + 64) = make_uint2(lb[0] | (lb[1] << 16), lb[2] | (lb[3] << 16));
+        if constexpr (LO) *reinterpret_cast<uint2*>(dst + 64) = make_uint2(lb[0] | (lb[1] << 16), lb[2] | (lb[3] << 16));
     }
     if (threadIdx.x == 0) scale[r] = sc;
 }
@@ -436,29 +453,31 @@ Layout layout(const DeviceMat& w, int64_t n_rows) {
     return L;
 }
 
-void pack(const DeviceMat& w, const float* x, int64_t ldx, int64_t n_rows, uint8_t* ws, const Layout& L,
+void pack(const DeviceMat& w, const float* x, int64_t ldx, int64_t n_rows, uint8_t* ws, const Layout& L, int limbs,
           cudaStream_t stream) {
     if (n_rows > 0x7fffffff) fail("CUDA gemm: ", n_rows, " rows of x to pack");
     const unsigned grid = unsigned(n_rows);
     float* scale = reinterpret_cast<float*>(ws + L.scale_offset);
     const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (n_rows == 1 || ldx % 4 == 0);
     const bool bf16 = int(w.type) == kBF16;
-    const auto kernel = bf16 ? (vec ? pack_kernel<true, true> : pack_kernel<true, false>)
-                             : (vec ? pack_kernel<false, true> : pack_kernel<false, false>);
+    // One limb is offered for Q8_0 and Q2_K (f16 limbs) only, as in launch_bn.
+    const auto kernel = limbs == 1 ? (vec ? pack_kernel<false, true, false> : pack_kernel<false, false, false>)
+                        : bf16     ? (vec ? pack_kernel<true, true, true> : pack_kernel<true, false, true>)
+                                   : (vec ? pack_kernel<false, true, true> : pack_kernel<false, false, true>);
     cuda::launch(kernel, grid, kPackThreads, 0, stream, x, ldx, w.cols, ws, L.xrow_bytes, scale);
     DSV4_LAUNCH_CHECK();
 }
 
-template <int TYPE, bool EXPERTS, int BN>
+template <int TYPE, bool EXPERTS, int BN, int LIMBS>
 void launch_type(const TcParams& p, dim3 grid, cudaStream_t stream) {
-    constexpr size_t smem = smem_bytes<TYPE, BN>();
+    constexpr size_t smem = smem_bytes<TYPE, BN, LIMBS>();
     static const bool attr_set = [] {
-        DSV4_CUDA_CHECK(cudaFuncSetAttribute(tc_gemm_kernel<TYPE, EXPERTS, BN>,
+        DSV4_CUDA_CHECK(cudaFuncSetAttribute(tc_gemm_kernel<TYPE, EXPERTS, BN, LIMBS>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         return true;
     }();
     (void)attr_set;
-    cuda::launch(tc_gemm_kernel<TYPE, EXPERTS, BN>, grid, kThreads, smem, stream, p);
+    cuda::launch(tc_gemm_kernel<TYPE, EXPERTS, BN, LIMBS>, grid, kThreads, smem, stream, p);
     DSV4_LAUNCH_CHECK();
 }
 
@@ -469,23 +488,31 @@ int token_tile(int64_t per_tile) {
     return per_tile <= 32 ? 32 : per_tile <= 64 ? 64 : 128;
 }
 
+// One limb is built for the types tc_supported offers (Q8_0, Q2_K) only.
 template <bool EXPERTS, int BN>
-void launch_bn(const DeviceMat& w, const TcParams& p, dim3 grid, cudaStream_t stream) {
-    switch (int(w.type)) {
-        case kQ8_0: launch_type<kQ8_0, EXPERTS, BN>(p, grid, stream); return;
-        case kF16: launch_type<kF16, EXPERTS, BN>(p, grid, stream); return;
-        case kBF16: launch_type<kBF16, EXPERTS, BN>(p, grid, stream); return;
-        case kQ2_K: launch_type<kQ2_K, EXPERTS, BN>(p, grid, stream); return;
+void launch_bn(const DeviceMat& w, const TcParams& p, int limbs, dim3 grid, cudaStream_t stream) {
+    if (limbs == 1) {
+        switch (int(w.type)) {
+            case kQ8_0: launch_type<kQ8_0, EXPERTS, BN, 1>(p, grid, stream); return;
+            case kQ2_K: launch_type<kQ2_K, EXPERTS, BN, 1>(p, grid, stream); return;
+        }
+    } else {
+        switch (int(w.type)) {
+            case kQ8_0: launch_type<kQ8_0, EXPERTS, BN, 2>(p, grid, stream); return;
+            case kF16: launch_type<kF16, EXPERTS, BN, 2>(p, grid, stream); return;
+            case kBF16: launch_type<kBF16, EXPERTS, BN, 2>(p, grid, stream); return;
+            case kQ2_K: launch_type<kQ2_K, EXPERTS, BN, 2>(p, grid, stream); return;
+        }
     }
-    fail("CUDA gemm: the tensor path does not take ", gguf::type_name(w.type), " weights");
+    fail("CUDA gemm: the tensor path does not take ", gguf::type_name(w.type), " weights with ", limbs, " limb(s)");
 }
 
 // grid: (token tiles of BN tokens, row tiles).
 template <bool EXPERTS>
-void launch(const DeviceMat& w, const TcParams& p, int BN, dim3 grid, cudaStream_t stream) {
-    if (BN == 32) launch_bn<EXPERTS, 32>(w, p, grid, stream);
-    else if (BN == 64) launch_bn<EXPERTS, 64>(w, p, grid, stream);
-    else launch_bn<EXPERTS, 128>(w, p, grid, stream);
+void launch(const DeviceMat& w, const TcParams& p, int BN, int limbs, dim3 grid, cudaStream_t stream) {
+    if (BN == 32) launch_bn<EXPERTS, 32>(w, p, limbs, grid, stream);
+    else if (BN == 64) launch_bn<EXPERTS, 64>(w, p, limbs, grid, stream);
+    else launch_bn<EXPERTS, 128>(w, p, limbs, grid, stream);
 }
 
 TcParams make_params(const DeviceMat& w, const uint8_t* ws, const Layout& L, float* y, int64_t ldy) {
@@ -523,22 +550,22 @@ bool tc_supported(const DeviceMat& w) {
 size_t tc_workspace_bytes(const DeviceMat& w, int64_t n_rows) { return layout(w, n_rows).total; }
 
 void tc_gemm(const DeviceMat& w, const float* x, int64_t ldx, int64_t T, float* y, int64_t ldy, void* ws,
-             size_t ws_bytes, cudaStream_t stream) {
+             size_t ws_bytes, int limbs, cudaStream_t stream) {
     if (!tc_supported(w)) fail("CUDA gemm: the tensor path does not take ", gguf::type_name(w.type), " [", w.rows, ", ", w.cols, "]");
     check_ws(w, T, ws, ws_bytes);
     const int64_t row_tiles = (w.rows + kBM - 1) / kBM;
     if (row_tiles > 65535) fail("CUDA gemm: ", w.rows, " rows make ", row_tiles, " row tiles (at most 65535)");
     const Layout L = layout(w, T);
     uint8_t* wsb = static_cast<uint8_t*>(ws);
-    pack(w, x, ldx, T, wsb, L, stream);
+    pack(w, x, ldx, T, wsb, L, limbs, stream);
     TcParams p = make_params(w, wsb, L, y, ldy);
     p.T = T;
     const int BN = token_tile(T);
-    launch<false>(w, p, BN, dim3(unsigned((T + BN - 1) / BN), unsigned(row_tiles), 1), stream);
+    launch<false>(w, p, BN, limbs, dim3(unsigned((T + BN - 1) / BN), unsigned(row_tiles), 1), stream);
 }
 
 void tc_gemm_experts(const DeviceMat& w, const float* x, const int32_t* offsets, int64_t max_rows, int64_t n_rows,
-                     float* y, void* ws, size_t ws_bytes, cudaStream_t stream) {
+                     float* y, void* ws, size_t ws_bytes, int limbs, cudaStream_t stream) {
     if (!tc_supported(w)) fail("CUDA gemm_experts: the tensor path does not take ", gguf::type_name(w.type), " [", w.rows, ", ", w.cols, "]");
     if (n_rows <= 0 || max_rows <= 0) return;
     check_ws(w, n_rows, ws, ws_bytes);
@@ -546,7 +573,7 @@ void tc_gemm_experts(const DeviceMat& w, const float* x, const int32_t* offsets,
     if (row_tiles > 65535) fail("CUDA gemm_experts: ", w.rows, " rows make ", row_tiles, " row tiles (at most 65535)");
     const Layout L = layout(w, n_rows);
     uint8_t* wsb = static_cast<uint8_t*>(ws);
-    pack(w, x, w.cols, n_rows, wsb, L, stream);
+    pack(w, x, w.cols, n_rows, wsb, L, limbs, stream);
     TcParams p = make_params(w, wsb, L, y, w.rows);
     p.offsets = offsets;
     p.experts = int(w.count);
@@ -555,7 +582,7 @@ void tc_gemm_experts(const DeviceMat& w, const float* x, const int32_t* offsets,
     const int BN = token_tile((n_rows + w.count - 1) / w.count);
     const int64_t tiles = std::min((n_rows + BN - 1) / BN + w.count, w.count * ((max_rows + BN - 1) / BN));
     if (tiles > 0x7fffffff) fail("CUDA gemm_experts: ", tiles, " token tiles");
-    launch<true>(w, p, BN, dim3(unsigned(tiles), unsigned(row_tiles), 1), stream);
+    launch<true>(w, p, BN, limbs, dim3(unsigned(tiles), unsigned(row_tiles), 1), stream);
 }
 
 }  // namespace dsv4::cuda::gemm_detail

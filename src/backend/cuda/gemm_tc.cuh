@@ -171,6 +171,39 @@ struct WChunk<kQ2_K> {
             o[j] = __fsub_rn(__fmul_rn(a, float(qv)), m);
         }
     }
+    // The tensor path's operands: w 2^k (up = 2^k) of the 16 values as f16x2 pairs, hi[j] =
+    // values 2j, 2j+1 rounded to f16, and with LO their remainders lo = w 2^k - hi. A sub-block's
+    // codes take four values only: those are decoded as decode() does (so the limbs are the same
+    // bits as rounding decode()'s output), and each pair picked from them by one byte permute
+    // whose selector is made from the two codes: value q sits at bytes 2q, 2q+1 of the table.
+    template <bool LO>
+    __device__ __forceinline__ void limbs_f16(float up, uint32_t (&hi)[8], uint32_t (&lo)[8]) const {
+        const float d = __half2float(__ushort_as_half(uint16_t(dd & 0xffffu)));
+        const float dmin = __half2float(__ushort_as_half(uint16_t(dd >> 16)));
+        const float a = __fmul_rn(d, float(sc & 15u)), m = __fmul_rn(dmin, float(sc >> 4));
+        uint16_t th[4], tl[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const float v = __fsub_rn(__fmul_rn(a, float(c)), m) * up;  // exact: a power of two
+            const __half h = __float2half_rn(v);
+            th[c] = __half_as_ushort(h);
+            tl[c] = LO ? __half_as_ushort(__float2half_rn(v - __half2float(h))) : 0;
+        }
+        const uint32_t h01 = th[0] | uint32_t(th[1]) << 16, h23 = th[2] | uint32_t(th[3]) << 16;
+        const uint32_t l01 = tl[0] | uint32_t(tl[1]) << 16, l23 = tl[2] | uint32_t(tl[3]) << 16;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const uint32_t x = q[w] >> shift;  // codes of values 4w .. 4w+3 in bits 0-1, 8-9, 16-17, 24-25
+            // Selector nibbles (2 q0, 2 q0 + 1, 2 q1, 2 q1 + 1) of the pair's codes q0, q1.
+            const uint32_t s0 = (x & 0x303u) * 0x22u + 0x1010u, s1 = ((x >> 16) & 0x303u) * 0x22u + 0x1010u;
+            hi[2 * w] = __byte_perm(h01, h23, s0);
+            hi[2 * w + 1] = __byte_perm(h01, h23, s1);
+            if constexpr (LO) {
+                lo[2 * w] = __byte_perm(l01, l23, s0);
+                lo[2 * w + 1] = __byte_perm(l01, l23, s1);
+            }
+        }
+    }
 };
 
 // ---- the tensor-core path (gemm_tc.cu) ----
@@ -183,12 +216,13 @@ bool tc_supported(const DeviceMat& w);
 size_t tc_workspace_bytes(const DeviceMat& w, int64_t n_rows);
 
 // y = x · Wᵀ on the tensor cores: x rows 0..T-1 (stride ldx) packed into ws, then multiplied.
+// limbs: 2 (float32-grade) or 1 (one 16-bit limb of x and of Q2_K weights: f16-grade, gemm.h).
 void tc_gemm(const DeviceMat& w, const float* x, int64_t ldx, int64_t T, float* y, int64_t ldy, void* ws,
-             size_t ws_bytes, cudaStream_t stream);
+             size_t ws_bytes, int limbs, cudaStream_t stream);
 
 // The grouped form: x [n_rows, cols] contiguous (every row packed; rows past offsets[count]
 // are packed but belong to no expert), expert e owns rows offsets[e] .. offsets[e+1].
 void tc_gemm_experts(const DeviceMat& w, const float* x, const int32_t* offsets, int64_t max_rows, int64_t n_rows,
-                     float* y, void* ws, size_t ws_bytes, cudaStream_t stream);
+                     float* y, void* ws, size_t ws_bytes, int limbs, cudaStream_t stream);
 
 }  // namespace dsv4::cuda::gemm_detail
