@@ -214,10 +214,11 @@ int main(int argc, char** argv) {
                 DSV4_LAUNCH_CHECK();
                 const double flop = 2.0 * double(T) * double(sh.rows) * double(sh.cols);
 
-                auto run_tensor = [&] { cuda::gemm(m, x.as<const float>(), sh.cols, T, y.as<float>(), sh.rows, ws, s, tensor); };
-                auto run_tensor16 = [&] {
-                    cuda::gemm(m, x.as<const float>(), sh.cols, T, y.as<float>(), sh.rows, ws, s, tensor16);
+                auto tensor_with = [&](const cuda::GemmOptions& o) {
+                    return [&, o] { cuda::gemm(m, x.as<const float>(), sh.cols, T, y.as<float>(), sh.rows, ws, s, o); };
                 };
+                const auto run_tensor = tensor_with(tensor);
+                const auto run_tensor16 = tensor_with(tensor16);
                 auto run_simt = [&] { cuda::gemm(m, x.as<const float>(), sh.cols, T, y2.as<float>(), sh.rows, ws, s, simt); };
                 const float one = 1.0f, zero = 0.0f;
                 auto run_cublas = [&] {
@@ -322,13 +323,13 @@ int main(int argc, char** argv) {
                 m.count = E;
                 m.data = w.as<const uint8_t>();
                 // max_rows = T, as the model passes it (a token picks an expert at most once).
-                auto run_tensor = [&] {
-                    cuda::gemm_experts(m, x.as<const float>(), doff.as<const int32_t>(), T, N, y.as<float>(), ws, s, tensor);
+                auto tensor_with = [&](const cuda::GemmOptions& o) {
+                    return [&, o] {
+                        cuda::gemm_experts(m, x.as<const float>(), doff.as<const int32_t>(), T, N, y.as<float>(), ws, s, o);
+                    };
                 };
-                auto run_tensor16 = [&] {
-                    cuda::gemm_experts(m, x.as<const float>(), doff.as<const int32_t>(), T, N, y.as<float>(), ws, s,
-                                       tensor16);
-                };
+                const auto run_tensor = tensor_with(tensor);
+                const auto run_tensor16 = tensor_with(tensor16);
                 auto run_simt = [&] {
                     cuda::gemm_experts(m, x.as<const float>(), doff.as<const int32_t>(), T, y2.as<float>(), s);
                 };

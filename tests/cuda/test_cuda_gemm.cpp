@@ -491,6 +491,18 @@ TEST(CudaGemmTensor, AutoTakesTheTensorPathAtSixteenTokens) {
     }
 }
 
+// y [T, rows] = x · Wᵀ through gemm with `opt`, the output poisoned first (x already in dx).
+std::vector<float> run_gemm(const Weight& w, const cuda::DeviceBuffer& dx, int64_t T, cuda::DeviceBuffer& dy,
+                            cuda::GemmWorkspace& ws, cuda::GemmOptions opt) {
+    const int64_t rows = w.host.stack.first.rows, cols = w.host.stack.first.cols;
+    dy.fill_bytes(0xff);
+    cuda::gemm(w.dev.mat, dx.as<const float>(), cols, T, dy.as<float>(), rows, ws, nullptr, opt);
+    cuda::synchronize();
+    std::vector<float> y(size_t(T * rows));
+    dy.download(y.data(), y.size() * 4);
+    return y;
+}
+
 // The same inputs through both kernels: each within its tolerance of the other (their bounds
 // added), and the tensor kernel bit for bit the same on a second run (no atomics).
 TEST(CudaGemmTensor, AgreesWithTheFloat32KernelAndRepeatsBitForBit) {
@@ -504,14 +516,7 @@ TEST(CudaGemmTensor, AgreesWithTheFloat32KernelAndRepeatsBitForBit) {
         std::vector<float> x = make_x(T, cols, cols);
         cuda::DeviceBuffer dx(x.size() * 4), dy(size_t(T * rows) * 4);
         dx.upload(x.data(), x.size() * 4);
-        auto run = [&](cuda::GemmPath p) {
-            dy.fill_bytes(0xff);
-            cuda::gemm(w.dev.mat, dx.as<const float>(), cols, T, dy.as<float>(), rows, ws, nullptr, with_path(p));
-            cuda::synchronize();
-            std::vector<float> y(size_t(T * rows));
-            dy.download(y.data(), y.size() * 4);
-            return y;
-        };
+        auto run = [&](cuda::GemmPath p) { return run_gemm(w, dx, T, dy, ws, with_path(p)); };
         const std::vector<float> yt = run(cuda::GemmPath::Tensor), ys = run(cuda::GemmPath::Simt);
         const std::vector<float> yt2 = run(cuda::GemmPath::Tensor);
         EXPECT_EQ(std::memcmp(yt.data(), yt2.data(), yt.size() * 4), 0) << "tensor path not repeatable";
@@ -604,12 +609,7 @@ TEST(CudaGemmOneLimb, DiffersFromTwoLimbsAndRepeats) {
         auto run = [&](cuda::GemmPrecision p) {
             cuda::GemmOptions o = with_path(cuda::GemmPath::Tensor);
             o.precision = p;
-            dy.fill_bytes(0xff);
-            cuda::gemm(w.dev.mat, dx.as<const float>(), cols, T, dy.as<float>(), rows, ws, nullptr, o);
-            cuda::synchronize();
-            std::vector<float> y(size_t(T * rows));
-            dy.download(y.data(), y.size() * 4);
-            return y;
+            return run_gemm(w, dx, T, dy, ws, o);
         };
         const std::vector<float> a = run(cuda::GemmPrecision::F16), b = run(cuda::GemmPrecision::F32);
         const std::vector<float> a2 = run(cuda::GemmPrecision::F16);
