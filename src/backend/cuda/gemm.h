@@ -56,7 +56,7 @@ struct GemmOptions {
 // f32 or f16 (the backend calls it when it starts, so a typo stops the run before it measures).
 GemmPrecision gemm_env_precision();
 
-// Whether the tensor path takes this weight (type Q8_0, cols % 32 == 0).
+// Whether the tensor path takes this weight (Q8_0 with cols % 32 == 0, Q2_K with cols % 256 == 0).
 bool gemm_tensor_supported(const DeviceMat& w);
 
 class GemmWorkspace {
