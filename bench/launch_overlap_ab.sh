@@ -46,7 +46,7 @@ if [ "${mem:-0}" -gt 120000 ] && [ $(( $(date +%s) - t0 )) -lt 200 ]; then
   done
 fi
 # The ncu decode profile of the PDL build (graphs off; serialised, so PDL does not show in it).
-if [ $(( $(date +%s) - t0 )) -lt 290 ]; then mkdir -p /tmp/prof; DSV4_CUDA_PACK_ONCE=1 BIN=$P OUT=/tmp/prof LAYERS=8 PROMPT=2048 DETAIL="q2k_matvec_t1|hc_small|q8_matvec" DETAIL_COUNT=6 \
+if [ $(( $(date +%s) - t0 )) -lt 290 ]; then mkdir -p /tmp/prof; DSV4_CUDA_PACK_ONCE=1 BIN=$P OUT=/tmp/prof LAYERS=8 PROMPT=2048 DETAIL="q2k_matvec_t1|hc_kernel|q8_matvec" DETAIL_COUNT=6 \
   timeout 170 bash bench/profile_decode.sh > /dev/null 2>&1
 cp /tmp/prof/profile_step.txt $OUT/ 2>/dev/null; cp /tmp/prof/detail.txt $OUT/f8-detail.txt 2>/dev/null; cp /tmp/prof/torch_layers.txt $OUT/f8-torch.txt 2>/dev/null; head -45 $OUT/profile_step.txt
 fi; echo "profile $(( $(date +%s) - t0 ))s"

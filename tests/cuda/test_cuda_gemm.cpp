@@ -32,7 +32,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -128,17 +127,8 @@ struct Tolerance {
     double relative;    // ||err|| / ||ref||
 };
 
-// What DSV4_GEMM_PATH makes of GemmPath::Auto (gemm.cu reads it the same way).
-cuda::GemmPath env_path() {
-    const char* v = std::getenv("DSV4_GEMM_PATH");
-    if (v && std::strcmp(v, "simt") == 0) return cuda::GemmPath::Simt;
-    if (v && std::strcmp(v, "tensor") == 0) return cuda::GemmPath::Tensor;
-    return cuda::GemmPath::Auto;
-}
-
 Tolerance tensor_tolerance(const cuda::DeviceMat& w, cuda::GemmOptions opt = {}) {
-    const cuda::GemmPrecision p = opt.precision == cuda::GemmPrecision::Auto ? cuda::gemm_env_precision() : opt.precision;
-    if (p == cuda::GemmPrecision::F16) {
+    if (cuda::gemm_precision(opt) == cuda::GemmPrecision::F16) {
         const double u = w.type == TensorType::Q2_K ? std::ldexp(1.0, -10) : std::ldexp(1.0, -11);
         return {u + 2e-6, u};
     }
@@ -153,7 +143,7 @@ Tolerance tolerance_for(const cuda::DeviceMat& w, int64_t T, cuda::GemmOptions o
     if (opt.path == cuda::GemmPath::Simt) return kSimtTolerance;
     const bool tc = cuda::gemm_tensor_supported(w);
     if (T > cuda::kMaxMatvecTokens) {
-        const cuda::GemmPath e = env_path();
+        const cuda::GemmPath e = cuda::gemm_env_path();
         if (e == cuda::GemmPath::Simt) return kSimtTolerance;
         if (e == cuda::GemmPath::Tensor) return tc ? tensor_tolerance(w, opt) : kSimtTolerance;
         return T >= cuda::kMinTensorTokens && tc ? tensor_tolerance(w, opt) : kSimtTolerance;

@@ -197,20 +197,7 @@ void launch(const DeviceMat& w, const GemmParams& p, dim3 grid, cudaStream_t str
 }
 
 // DSV4_GEMM_PATH, read once: "simt" or "tensor" force that path, anything else (or unset) is Auto.
-GemmPath env_path() {
-    static const GemmPath p = [] {
-        const char* v = std::getenv("DSV4_GEMM_PATH");
-        if (v && std::strcmp(v, "simt") == 0) return GemmPath::Simt;
-        if (v && std::strcmp(v, "tensor") == 0) return GemmPath::Tensor;
-        return GemmPath::Auto;
-    }();
-    return p;
-}
-
-int limbs_of(const GemmOptions& opt) {
-    const GemmPrecision p = opt.precision == GemmPrecision::Auto ? gemm_env_precision() : opt.precision;
-    return p == GemmPrecision::F16 ? 1 : 2;
-}
+int limbs_of(const GemmOptions& opt) { return gemm_precision(opt) == GemmPrecision::F16 ? 1 : 2; }
 
 // The path for this weight and token count (T: tokens, or max_rows for experts).
 // opt.path Tensor throws on a weight the tensor kernel does not take; DSV4_GEMM_PATH=tensor
@@ -224,7 +211,7 @@ GemmPath choose(const DeviceMat& w, int64_t T, GemmOptions opt, const char* who)
         return GemmPath::Tensor;
     }
     if (opt.path == GemmPath::Simt) return GemmPath::Simt;
-    const GemmPath e = env_path();
+    const GemmPath e = gemm_env_path();
     if (e == GemmPath::Simt) return GemmPath::Simt;
     if (e == GemmPath::Tensor) return ok ? GemmPath::Tensor : GemmPath::Simt;
     return T >= kMinTensorTokens && ok ? GemmPath::Tensor : GemmPath::Simt;
@@ -250,6 +237,20 @@ GemmPrecision gemm_env_precision() {
         if (!v || !*v || std::strcmp(v, "f32") == 0) return GemmPrecision::F32;
         if (std::strcmp(v, "f16") == 0) return GemmPrecision::F16;
         fail("DSV4_GEMM_PRECISION=", v, ": expected f32 (float32-grade, the default) or f16");
+    }();
+    return p;
+}
+
+GemmPrecision gemm_precision(const GemmOptions& opt) {
+    return opt.precision == GemmPrecision::Auto ? gemm_env_precision() : opt.precision;
+}
+
+GemmPath gemm_env_path() {
+    static const GemmPath p = [] {
+        const char* v = std::getenv("DSV4_GEMM_PATH");
+        if (v && std::strcmp(v, "simt") == 0) return GemmPath::Simt;
+        if (v && std::strcmp(v, "tensor") == 0) return GemmPath::Tensor;
+        return GemmPath::Auto;
     }();
     return p;
 }

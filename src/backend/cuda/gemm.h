@@ -55,6 +55,10 @@ struct GemmOptions {
 // What DSV4_GEMM_PRECISION asks for (F32 or F16), read once; throws naming a value other than
 // f32 or f16 (the backend calls it when it starts, so a typo stops the run before it measures).
 GemmPrecision gemm_env_precision();
+// The precision a call with these options runs at: opt.precision, or the environment's for Auto.
+GemmPrecision gemm_precision(const GemmOptions& opt);
+// What DSV4_GEMM_PATH makes of GemmPath::Auto (Simt, Tensor, or Auto when unset), read once.
+GemmPath gemm_env_path();
 
 // Whether the tensor path takes this weight (Q8_0 with cols % 32 == 0, Q2_K with cols % 256 == 0).
 bool gemm_tensor_supported(const DeviceMat& w);

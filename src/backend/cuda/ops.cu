@@ -10,9 +10,8 @@
 //   * RMS scales accumulate x² in double and compute 1 / sqrt(float(ss / n) + eps) in float, as
 //     cpu::rms_scale; only the order of the double sum differs.
 //   * Only the dot products of the hyper-connection mixes (fn · normalised row) are summed in
-//     another order (per-thread fused multiply-adds, then fixed-order tree and block sums); the
-//     decode kernel (hc_small_kernel) also applies the RMS scale to the sum rather than to each
-//     element (one pass over X instead of two).
+//     another order (per-thread fused multiply-adds, then fixed-order tree and block sums), and
+//     the RMS scale is applied to the sum rather than to each element (one pass over X, not two).
 // Every reduction has a fixed order, so every op is deterministic run to run.
 //
 // Kernels:
@@ -24,9 +23,9 @@
 //                   products over n*D columns, partial sums exchanged through distributed shared
 //                   memory in rank order; the gates by one warp (n*n <= 32: lane per comb entry,
 //                   shuffles in the CPU's order) or one thread; then y = sum_j pre_j X_j over each
-//                   block's share of D. T <= 8 (decode): hc_small_kernel, 16 blocks per token
-//                   (8 where 16 cannot be scheduled), one wave of float4 loads, the Sinkhorn beside
-//                   y; more tokens: hc_kernel, 8 down to 1 block per token.
+//                   block's share of D, the Sinkhorn beside y. T <= 8 (decode): 16 blocks per
+//                   token (8 where 16 cannot be scheduled), one wave of float4 loads; more tokens:
+//                   8 down to 1 block per token.
 //   hc_post         a thread per (token, column): the n old stream values in registers.
 //   swiglu, add_to_streams   grid-stride elementwise.
 //   route           a warp per token (4 per block): scores/keys in shared memory, computed by the
@@ -310,113 +309,6 @@ __device__ void hc_pre_gates_warp(const float* m, const float* base, const float
     if (own) comb[lane] = v;
 }
 
-// One cluster of C blocks per token (launched with a cluster dimension of C; C = 1 for many
-// tokens). Block `rank` of the cluster takes a contiguous 1/C of the n*D columns for the RMS sum
-// and the mix dot products, and 1/C of the D output columns; the partial sums are exchanged
-// through distributed shared memory and added in rank order, so every block of the cluster
-// holds the same mix and gates, and the result does not depend on timing.
-// G: mix rows accumulated per pass over the columns (registers per thread).
-template <int TYPE, int G, bool HEAD>
-__global__ void __launch_bounds__(kHcThreads) hc_kernel(const HcArgs a) {
-    grid_begin();
-    __shared__ double s_red_d[kHcWarps];
-    __shared__ double s_ss;       // this block's partial sum of squares
-    __shared__ float s_scale;     // the token's RMS scale
-    __shared__ float s_red[G * kHcWarps];
-    __shared__ float s_part[kMaxMix];  // this block's partial mix sums
-    __shared__ float s_mix[kMaxMix], s_base[kMaxMix], s_sc[3];
-    __shared__ float s_pre[kMaxHc], s_post[kMaxHc], s_comb[kMaxHc * kMaxHc];
-
-    cg::cluster_group cluster = cg::this_cluster();
-    const unsigned C = cluster.num_blocks(), rank = cluster.block_rank();
-    const int64_t t = int64_t(blockIdx.x / C);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int n = a.n;
-    const int64_t D = a.D, nD = int64_t(n) * D;
-    const float* x = a.X + t * nD;
-
-    const int64_t cchunk = (nD + C - 1) / C;
-    const int64_t c0 = min64(nD, int64_t(rank) * cchunk), c1 = min64(nD, c0 + cchunk);
-
-    // 1. RMS scale of the flattened row.
-    double ss = 0;
-    for (int64_t i = c0 + tid; i < c1; i += kHcThreads) {
-        const double v = x[i];
-        ss += v * v;
-    }
-    ss = block_sum_double(ss, s_red_d);
-    if (tid == 0) s_ss = ss;
-    cluster.sync();
-    if (tid == 0) {
-        double tot = 0;
-        for (unsigned q = 0; q < C; ++q) tot += *cluster.map_shared_rank(&s_ss, q);
-        s_scale = rms_from_ss(tot, nD, a.norm_eps);
-    }
-    __syncthreads();
-    const float s = s_scale;
-
-    // 2. Partial mix sums over this block's columns, G rows per pass.
-    for (int r0 = 0; r0 < a.rows; r0 += G) {
-        float acc[G];
-#pragma unroll
-        for (int g = 0; g < G; ++g) acc[g] = 0.0f;
-        for (int64_t i = c0 + tid; i < c1; i += kHcThreads) {
-            const float xn = __fmul_rn(x[i], s);  // the CPU's normalised row element
-#pragma unroll
-            for (int g = 0; g < G; ++g)
-                if (r0 + g < a.rows) acc[g] = fmaf(load_elem<TYPE>(a.fn + size_t(r0 + g) * a.fn_row_bytes, i), xn, acc[g]);
-        }
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-            const float v = warp_sum(acc[g]);
-            if (lane == 0) s_red[g * kHcWarps + warp] = v;
-        }
-        __syncthreads();
-        if (tid < G && r0 + tid < a.rows) {
-            float v = 0;
-            for (int w = 0; w < kHcWarps; ++w) v += s_red[tid * kHcWarps + w];
-            s_part[r0 + tid] = v;
-        }
-        __syncthreads();
-    }
-    cluster.sync();
-    // 3. The whole mix, in every block: partials added in rank order.
-    if (tid < a.rows) {
-        float v = 0;
-        for (unsigned q = 0; q < C; ++q) v += *cluster.map_shared_rank(&s_part[tid], q);
-        s_mix[tid] = v;
-        s_base[tid] = a.base[tid];
-    }
-    if (tid < (HEAD ? 1 : 3)) s_sc[tid] = a.scale[tid];
-    cluster.sync();  // no block leaves (or reuses its shared memory) while another still reads it
-
-    // 4. Gates (warp 0; every block computes the same ones, rank 0 stores post and comb).
-    if constexpr (HEAD) {
-        if (tid < n) s_pre[tid] = __fadd_rn(sigmoid_ref(__fadd_rn(__fmul_rn(s_mix[tid], s_sc[0]), s_base[tid])), a.hc_eps);
-    } else if (n * n <= 32) {
-        if (warp == 0) hc_pre_gates_warp(s_mix, s_base, s_sc, n, a.iters, a.hc_eps, s_pre, s_post, s_comb);
-    } else if (tid == 0) {
-        hc_pre_gates_serial(s_mix, s_base, s_sc, n, a.iters, a.hc_eps, s_pre, s_post, s_comb);
-    }
-    __syncthreads();
-    if constexpr (!HEAD) {
-        if (rank == 0) {
-            if (tid < n) a.post[t * n + tid] = s_post[tid];
-            if (tid < n * n) a.comb[t * n * n + tid] = s_comb[tid];
-        }
-    }
-
-    // 5. y[t, i] = sum_j pre[j] X[t, j, i] over this block's share of the D columns.
-    const int64_t dchunk = (D + C - 1) / C;
-    const int64_t d0 = min64(D, int64_t(rank) * dchunk), d1 = min64(D, d0 + dchunk);
-    float* out = a.y + t * D;
-    for (int64_t i = d0 + tid; i < d1; i += kHcThreads) {
-        float acc = 0;
-        for (int j = 0; j < n; ++j) acc = __fadd_rn(acc, __fmul_rn(s_pre[j], x[j * D + i]));
-        out[i] = acc;
-    }
-}
-
 void check_hc_shape(const char* op, const HcShape& s) {
     if (s.n < 1 || s.n > kMaxHc) fail("CUDA ", op, ": hc streams n = ", s.n, " (1..", kMaxHc, " supported)");
     if (s.D < 1) fail("CUDA ", op, ": hidden D = ", s.D);
@@ -453,41 +345,26 @@ cudaLaunchAttribute hc_cluster(int C) {
     return attr;
 }
 
-template <bool HEAD>
-void launch_hc(const char* op, const DeviceMat& fn, const HcArgs& a, int64_t T, Stream stream) {
-    const int C = hc_cluster_size(T);
-    if (T * C > INT_MAX) fail("CUDA ", op, ": ", T, " tokens");
-    const cudaLaunchAttribute cluster = hc_cluster(C);
-    const dim3 grid(unsigned(T * C)), block(kHcThreads);
-    dispatch_wtype(int(fn.type), [&]<int TYPE>() {
-        if (a.rows <= 4) {
-            launch_ex(hc_kernel<TYPE, 4, HEAD>, grid, block, 0, stream, &cluster, 1, a);
-        } else if (HEAD || a.rows <= 8) {  // hc_head has n <= 8 rows
-            launch_ex(hc_kernel<TYPE, 8, HEAD>, grid, block, 0, stream, &cluster, 1, a);
-        } else if constexpr (!HEAD) {
-            launch_ex(hc_kernel<TYPE, 24, HEAD>, grid, block, 0, stream, &cluster, 1, a);
-        }
-    });
-    DSV4_LAUNCH_CHECK();
-}
+// ---- hc_pre / hc_head ---------------------------------------------------------------------------
 
-// ---- hc_pre / hc_head for a decode step --------------------------------------------------------
+constexpr int kHcWideMaxT = 8;         // tokens up to which a token takes the widest cluster (16 blocks)
+constexpr int kHcWideCluster = 16;
 
-constexpr int kHcSmallMaxT = 8;        // tokens up to which hc_pre / hc_head take hc_small_kernel
-constexpr int kHcSmallMaxCluster = 16;
-
-// A decode step (T <= kHcSmallMaxT): one cluster of C = 16 blocks per token (8 where the device
-// cannot schedule 16), so that the mix rows are streamed by 16 multiprocessors per token instead of
-// 8 (and by one wave of loads: with n*D = 16384, each thread takes 4 columns of every one of the 24
-// rows at once). Unlike hc_kernel it makes a single pass over X: the dot products are taken with the
-// raw X and multiplied by the RMS scale once summed (sum_i f_i (x_i s) and s sum_i f_i x_i differ by
-// the rounding of the x_i s, far below that of the sum's order); the sums of squares are taken in
-// the same pass. Partial sums go through distributed shared memory, added in rank order, so the
-// result does not depend on timing. Every block then computes pre and writes its share of y; the
-// Sinkhorn (post and comb, the longest serial part) runs on warp 0 of rank 0 meanwhile, which takes
-// no share of y. VEC: X and y rows are float4-aligned (D % 4 == 0), and for F32 the fn rows too.
+// One cluster of C blocks per token: C = 16 for a decode step (T <= kHcWideMaxT; 8 where the device
+// cannot schedule 16), so that the mix rows are streamed by 16 multiprocessors per token (and by one
+// wave of loads: with n*D = 16384, each thread takes 4 columns of every one of the 24 rows at once);
+// for more tokens, 8 down to 1 (hc_cluster_size), each thread walking its columns 4 at a time.
+// Block `rank` takes a contiguous 1/C of the n*D columns for the sums and 1/C of the D outputs.
+// One pass over X: the dot products are taken with the raw X and multiplied by the RMS scale once
+// summed (sum_i f_i (x_i s) and s sum_i f_i x_i differ by the rounding of the x_i s, far below that
+// of the sum's order); the sums of squares are taken in the same pass. Partial sums go through
+// distributed shared memory, added in rank order, so the result does not depend on timing. Every
+// block then computes pre and writes its share of y; the Sinkhorn (post and comb, the longest
+// serial part) runs on warp 0 of rank 0 meanwhile, which takes no share of y. VEC: X and y rows are
+// float4-aligned (D % 4 == 0), and for F32 the fn rows too (float4 loads of fn and X are what keep
+// the instruction count per column low: the kernel is issue-bound, not memory-bound).
 template <int TYPE, int G, bool HEAD, bool VEC>
-__global__ void __launch_bounds__(kHcThreads) hc_small_kernel(const HcArgs a) {
+__global__ void __launch_bounds__(kHcThreads) hc_kernel(const HcArgs a) {
     grid_begin();
     __shared__ double s_red_d[kHcWarps];
     __shared__ double s_ss;            // this block's partial sum of squares
@@ -534,7 +411,7 @@ __global__ void __launch_bounds__(kHcThreads) hc_small_kernel(const HcArgs a) {
                 }
             }
 #pragma unroll
-            for (int e = 0; e < 4; ++e) ss += double(xv[e]) * xv[e];  // exact products (as hc_kernel)
+            for (int e = 0; e < 4; ++e) ss += double(xv[e]) * xv[e];  // exact products
 #pragma unroll
             for (int g = 0; g < G; ++g) {
                 const int r = r0 + g < rows ? r0 + g : rows - 1;
@@ -581,10 +458,10 @@ __global__ void __launch_bounds__(kHcThreads) hc_small_kernel(const HcArgs a) {
     // 2. The whole mix, in every block: the C partials loaded together (remote loads are slow one
     // at a time), then added in rank order, then scaled.
     if (tid < rows) {
-        double pss[kHcSmallMaxCluster];
-        float pm[kHcSmallMaxCluster];
+        double pss[kHcWideCluster];
+        float pm[kHcWideCluster];
 #pragma unroll
-        for (int q = 0; q < kHcSmallMaxCluster; ++q) {
+        for (int q = 0; q < kHcWideCluster; ++q) {
             const unsigned qq = q < int(C) ? unsigned(q) : C - 1;  // unguarded loads, as above
             pss[q] = *cluster.map_shared_rank(&s_ss, qq);
             pm[q] = *cluster.map_shared_rank(&s_part[tid], qq);
@@ -592,7 +469,7 @@ __global__ void __launch_bounds__(kHcThreads) hc_small_kernel(const HcArgs a) {
         double tot = 0;
         float v = 0;
 #pragma unroll
-        for (int q = 0; q < kHcSmallMaxCluster; ++q) {
+        for (int q = 0; q < kHcWideCluster; ++q) {
             tot = q < int(C) ? tot + pss[q] : tot;
             v = q < int(C) ? __fadd_rn(v, pm[q]) : v;
         }
@@ -659,33 +536,35 @@ __global__ void __launch_bounds__(kHcThreads) hc_small_kernel(const HcArgs a) {
     cluster.barrier_wait(std::move(token));
 }
 
-// Blocks per token of an hc_small_kernel instantiation: 16 (a non-portable cluster size) where
-// the device can schedule a cluster of 16 of them, else 8 (always possible). Queried once.
+// Blocks per token of an hc_kernel instantiation for a decode step: 16 (a non-portable cluster
+// size) where the device can schedule a cluster of 16 of them, else 8 (always possible). Queried once.
 template <class K>
-int hc_small_cluster(K kernel) {
-    cudaLaunchAttribute cluster = hc_cluster(kHcSmallMaxCluster);
+int hc_decode_cluster(K kernel) {
+    cudaLaunchAttribute cluster = hc_cluster(kHcWideCluster);
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(kHcSmallMaxCluster);
+    cfg.gridDim = dim3(kHcWideCluster);
     cfg.blockDim = dim3(kHcThreads);
     cfg.attrs = &cluster;
     cfg.numAttrs = 1;
     int clusters = 0;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
         cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters > 0)
-        return kHcSmallMaxCluster;
+        return kHcWideCluster;
     (void)cudaGetLastError();  // a refused query leaves an error behind: not this op's failure
     return kHcMaxCluster;
 }
 
 template <int TYPE, int G, bool HEAD, bool VEC>
-void launch_hc_small(const HcArgs& a, int64_t T, Stream stream) {
-    const auto kernel = hc_small_kernel<TYPE, G, HEAD, VEC>;
-    static const int C = hc_small_cluster(kernel);
+void launch_hc_kernel(const char* op, const HcArgs& a, int64_t T, Stream stream) {
+    const auto kernel = hc_kernel<TYPE, G, HEAD, VEC>;
+    static const int decode_C = hc_decode_cluster(kernel);
+    const int C = T <= kHcWideMaxT ? decode_C : hc_cluster_size(T);
+    if (T * C > INT_MAX) fail("CUDA ", op, ": ", T, " tokens");
     const cudaLaunchAttribute cluster = hc_cluster(C);
     launch_ex(kernel, dim3(unsigned(T * C)), dim3(kHcThreads), 0, stream, &cluster, 1, a);
 }
 
-// Whether hc_small_kernel may read X and y (and an F32 fn) as float4.
+// Whether hc_kernel may read X and y (and an F32 fn) as float4.
 bool hc_vec(const DeviceMat& fn, const HcArgs& a) {
     const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
     const bool fn_ok = fn.type != gguf::TensorType::F32 || (aligned(fn.data) && fn.row_bytes % 16 == 0);
@@ -693,18 +572,18 @@ bool hc_vec(const DeviceMat& fn, const HcArgs& a) {
 }
 
 template <bool HEAD>
-void launch_hc_small_any(const DeviceMat& fn, const HcArgs& a, int64_t T, Stream stream) {
+void launch_hc(const char* op, const DeviceMat& fn, const HcArgs& a, int64_t T, Stream stream) {
     const bool vec = hc_vec(fn, a);
     dispatch_wtype(int(fn.type), [&]<int TYPE>() {
         if (a.rows <= 4) {  // G: the rows accumulated per pass (every row's load in flight at once)
-            if (vec) launch_hc_small<TYPE, 4, HEAD, true>(a, T, stream);
-            else launch_hc_small<TYPE, 4, HEAD, false>(a, T, stream);
+            if (vec) launch_hc_kernel<TYPE, 4, HEAD, true>(op, a, T, stream);
+            else launch_hc_kernel<TYPE, 4, HEAD, false>(op, a, T, stream);
         } else if (HEAD || a.rows <= 8) {  // hc_head has n <= 8 rows; hc_pre with n <= 2 has <= 8
-            if (vec) launch_hc_small<TYPE, 8, HEAD, true>(a, T, stream);
-            else launch_hc_small<TYPE, 8, HEAD, false>(a, T, stream);
+            if (vec) launch_hc_kernel<TYPE, 8, HEAD, true>(op, a, T, stream);
+            else launch_hc_kernel<TYPE, 8, HEAD, false>(op, a, T, stream);
         } else if constexpr (!HEAD) {
-            if (vec) launch_hc_small<TYPE, 24, HEAD, true>(a, T, stream);
-            else launch_hc_small<TYPE, 24, HEAD, false>(a, T, stream);
+            if (vec) launch_hc_kernel<TYPE, 24, HEAD, true>(op, a, T, stream);
+            else launch_hc_kernel<TYPE, 24, HEAD, false>(op, a, T, stream);
         }
     });
     DSV4_LAUNCH_CHECK();
@@ -1119,10 +998,7 @@ void hc_pre(const HcShape& s, const DeviceMat& fn, const float* base, const floa
     need(post, "hc_pre", "post");
     need(comb, "hc_pre", "comb");
     const HcArgs a{fn.data, fn.row_bytes, mix, base, scale, X, s.n, s.D, s.iters, s.hc_eps, s.norm_eps, y, post, comb};
-    if (T <= kHcSmallMaxT)
-        launch_hc_small_any<false>(fn, a, T, stream);
-    else
-        launch_hc<false>("hc_pre", fn, a, T, stream);
+    launch_hc<false>("hc_pre", fn, a, T, stream);
 }
 
 void hc_post(const HcShape& s, float* X, const float* f, const float* post, const float* comb, int64_t T,
@@ -1152,10 +1028,7 @@ void hc_head(const HcShape& s, const DeviceMat& fn, const float* base, const flo
     need(y, "hc_head", "y");
     const HcArgs a{fn.data, fn.row_bytes, s.n, base, scale, X, s.n, s.D, s.iters, s.hc_eps, s.norm_eps, y, nullptr,
                    nullptr};
-    if (T <= kHcSmallMaxT)
-        launch_hc_small_any<true>(fn, a, T, stream);
-    else
-        launch_hc<true>("hc_head", fn, a, T, stream);
+    launch_hc<true>("hc_head", fn, a, T, stream);
 }
 
 void swiglu(float* gate, const float* up, int64_t n, float limit, Stream stream) {
