@@ -196,7 +196,7 @@ void launch(const DeviceMat& w, const GemmParams& p, dim3 grid, cudaStream_t str
     DSV4_LAUNCH_CHECK();
 }
 
-// DSV4_GEMM_PATH, read once: "simt" or "tensor" force that path, anything else (or unset) is Auto.
+// x limbs of the tensor GEMM: two (float32-grade) or one (DSV4_GEMM_PRECISION=f16).
 int limbs_of(const GemmOptions& opt) { return gemm_precision(opt) == GemmPrecision::F16 ? 1 : 2; }
 
 // The path for this weight and token count (T: tokens, or max_rows for experts).
@@ -245,6 +245,7 @@ GemmPrecision gemm_precision(const GemmOptions& opt) {
     return opt.precision == GemmPrecision::Auto ? gemm_env_precision() : opt.precision;
 }
 
+// DSV4_GEMM_PATH, read once: "simt" or "tensor" force that path, anything else (or unset) is Auto.
 GemmPath gemm_env_path() {
     static const GemmPath p = [] {
         const char* v = std::getenv("DSV4_GEMM_PATH");

@@ -57,7 +57,7 @@ struct GemmOptions {
 GemmPrecision gemm_env_precision();
 // The precision a call with these options runs at: opt.precision, or the environment's for Auto.
 GemmPrecision gemm_precision(const GemmOptions& opt);
-// What DSV4_GEMM_PATH makes of GemmPath::Auto (Simt, Tensor, or Auto when unset), read once.
+// What DSV4_GEMM_PATH makes of GemmPath::Auto (Simt, Tensor, or Auto for anything else), read once.
 GemmPath gemm_env_path();
 
 // Whether the tensor path takes this weight (Q8_0 with cols % 32 == 0, Q2_K with cols % 256 == 0).
