@@ -281,11 +281,44 @@ class Synth:
                 text += codes[i] + "\n"
         return text, spans, dict(kind="recall", questions=qs, fact_fracs=fracs)
 
+    def snippet(self, rng, n_chars):
+        """n_chars (about) of one document, cut at word boundaries; may be empty."""
+        if n_chars <= 0:
+            return ""
+        d = self.docs[rng.randrange(len(self.docs))]
+        at = rng.randrange(max(1, len(d) - n_chars))
+        piece = " ".join(d[at:at + n_chars].split()[1:-1])  # drop the cut words at both ends
+        return piece
+
+    def near_recall(self, rng, n_tokens, eval_names=False):
+        """One short recall episode: 1-3 facts, each after 0-80 chars of text, then the questions,
+        so that most facts lie within the 64-token sliding window of their question. What an
+        induction (find the name, copy what followed) circuit forms on before the far tasks."""
+        pool = self.names_eval if eval_names else self.names_train
+        n_keys = rng.randint(1, 3)
+        names = rng.sample(pool, n_keys)
+        codes = [str(rng.randint(10000, 99999)) for _ in names]
+        text = ""
+        for name, code in zip(names, codes):
+            s = self.snippet(rng, rng.randint(0, 80))
+            text += (s + " " if s else "") + recall_fact(name, code) + " "
+        text = text.rstrip() + "\n\n"
+        spans, qs = [], []
+        order = list(range(n_keys))
+        rng.shuffle(order)
+        for i in order:
+            text += "Question: " + recall_question(names[i]) + "\nAnswer: "
+            spans.append((len(text), len(text) + len(codes[i]), 1.0))
+            qs.append((names[i], codes[i], len(text)))
+            text += codes[i] + "\n"
+        return text, spans, dict(kind="near_recall", questions=qs)
+
     # --- copying ------------------------------------------------------------------------------
-    def copy(self, rng, n_tokens):
+    def copy(self, rng, n_tokens, short=False):
+        """Passages of 300-1800 chars (mostly beyond the sliding window), or 40-240 (within it)."""
         text, spans = "", []
         while len(text) < n_tokens * self.cpt * 1.05:
-            p = self.filler(rng, rng.randint(300, 1800)).strip()
+            p = self.filler(rng, rng.randint(40, 240) if short else rng.randint(300, 1800)).strip()
             if not p:
                 continue
             text += "Passage:\n" + p + "\nRepeat the passage exactly.\n"
@@ -420,12 +453,21 @@ def build_synthetic(tok, synth, rng, seq, task, answer_weight, eval_names=False,
             n = int(n * target / len(ids) * 0.97)
         else:
             return None
+    elif task == "near_recall":
+        text, spans, meta = synth.near_recall(rng, target, eval_names=eval_names)
+        ids, offs = tok.encode(text)
+        ids, offs = ids[:target], offs[:target]
+    elif task == "short_copy":
+        text, spans, meta = synth.copy(rng, target, short=True)
+        ids, offs = tok.encode(text)
+        ids, offs = ids[:target], offs[:target]
     else:
         text, spans, meta = getattr(synth, task)(rng, target)
         ids, offs = tok.encode(text)
         ids, offs = ids[:target], offs[:target]
     # answers of recall and tool calls count answer_weight times; copies and arithmetic once
-    w = spans_to_weights(offs, spans, 1.0, answer_weight if task in ("recall", "tools") else 1.0)
+    weighted = task in ("recall", "near_recall", "tools")
+    w = spans_to_weights(offs, spans, 1.0, answer_weight if weighted else 1.0)
     meta["offsets"] = offs
     meta["text"] = text
     ids = [BOS_ID] + ids
@@ -779,13 +821,14 @@ def heldout_perplexity(model, tok, heldout_docs, seq, device, max_windows=None, 
                 heldout_ppl=math.exp(nll / max(cnt, 1)), heldout_chars=sum(len(d) for d in heldout_docs))
 
 
-def recall_accuracy(model, tok, synth, seq, n_seqs, device, seed, batch=4):
-    """Teacher-forced exact match of the code digits of every question (held-out names)."""
+def recall_accuracy(model, tok, synth, seq, n_seqs, device, seed, batch=4, task="recall"):
+    """Teacher-forced exact match of the code digits of every question (held-out names); task
+    "near_recall" scores the short episodes (facts mostly within the sliding window), one a row."""
     import torch
     rng = random.Random(seed)
     rows = []
     while len(rows) < n_seqs:
-        r = build_synthetic(tok, synth, rng, seq, "recall", 1.0, eval_names=True, chat=False)
+        r = build_synthetic(tok, synth, rng, seq, task, 1.0, eval_names=True, chat=False)
         if r is not None:
             rows.append(r)
     ok = tot = 0
@@ -937,6 +980,12 @@ def parse_args():
     ap.add_argument("--short-recall", type=float, default=0.0,
                     help="at the start, share of recall rows packed with short episodes (192-768 tokens); "
                          "falls linearly to a fifth of it at 60%% of the training time (a curriculum)")
+    ap.add_argument("--near-recall", type=float, default=0.0,
+                    help="at the start, share of recall rows packed with near_recall episodes (facts "
+                         "mostly within the sliding window); falls linearly to a fifth of it at 50%% of "
+                         "the training time; the rest follow --short-recall")
+    ap.add_argument("--near-copy", type=float, default=0.0,
+                    help="at the start, share of copy rows with 40-240-char passages; same schedule")
     return ap.parse_args()
 
 
@@ -1096,11 +1145,20 @@ def main():
         f = min(1.0, progress[0] / 0.6)
         return args.short_recall * (1.0 - 0.8 * f)
 
-    def packed_recall(rng):
-        """Short recall episodes (each BOS ... its questions) packed into one row."""
+    def near_share(start):
+        """A near-task share at this point of the call: start, falling to a fifth of it at 50%."""
+        f = min(1.0, progress[0] / 0.5)
+        return start * (1.0 - 0.8 * f)
+
+    def packed_recall(rng, near=False):
+        """Short recall episodes (each BOS ... its questions) packed into one row: 192-768 tokens
+        each (facts beyond the sliding window), or near_recall ones (facts mostly within it)."""
         ids, w = [], []
         while len(ids) < S + 1:
-            res = build_synthetic(tok, synth, rng, rng.randint(192, 768), "recall", args.answer_weight)
+            if near:
+                res = build_synthetic(tok, synth, rng, 256, "near_recall", args.answer_weight)
+            else:
+                res = build_synthetic(tok, synth, rng, rng.randint(192, 768), "recall", args.answer_weight)
             if res is None:
                 continue
             n = len(res[0])
@@ -1124,8 +1182,13 @@ def main():
                     if u <= 0:
                         task = name
                         break
-                if task == "recall" and rng.random() < short_recall_share():
+                u = rng.random()
+                if task == "recall" and u < near_share(args.near_recall):
+                    res = packed_recall(rng, near=True)
+                elif task == "recall" and rng.random() < short_recall_share():
                     res = packed_recall(rng)
+                elif task == "copy" and u < near_share(args.near_copy):
+                    res = build_synthetic(tok, synth, rng, S, "short_copy", args.answer_weight)
                 else:
                     res = build_synthetic(tok, synth, rng, S, task, args.answer_weight)
             if res is not None:
@@ -1364,6 +1427,7 @@ def main():
         what=("dsv4 embedded default model (issue 4): tiny DeepSeek-V4, transformers DeepseekV4ForCausalLM"
               if args.size == "trunk" else "dsv4 draft model (issue 4): same tokenizer, every layer type"),
         size=args.size, short_recall=args.short_recall, recall_share=args.recall_share,
+        near_recall=args.near_recall, near_copy=args.near_copy,
         run_id=state["run_id"], command=" ".join(sys.argv), gpu=gpu, torch=torch.__version__,
         transformers=transformers.__version__, tokenizers=__import__("tokenizers").__version__,
         steps=step, tokens_seen=state["tokens"], train_minutes_total=state["train_seconds"] / 60,
@@ -1391,7 +1455,14 @@ def main():
         receipt["heldout"] = hp
         log(f"held-out: ppl {hp['heldout_ppl']:.3f} over {hp['heldout_tokens']} tokens ({time.time() - t1:.1f}s)")
         rec = {}
-        for L, n in ((2048, 2 if args.smoke else 48), (8192, 1 if args.smoke else 8)):
+        try:  # within the sliding window mostly: has a copy (induction) circuit formed at all?
+            rec["near"] = recall_accuracy(m2, tok, synth, 256, 4 if args.smoke else 96, device, seed=999,
+                                          batch=8, task="near_recall")
+            log(f"recall near: {rec['near']['correct']}/{rec['near']['questions']}")
+        except Exception as e:  # noqa: BLE001
+            rec["near"] = dict(error=f"{type(e).__name__}: {str(e)[:200]}")
+            log(f"recall near failed: {rec['near']['error']}")
+        for L, n in ((512, 2 if args.smoke else 48), (2048, 2 if args.smoke else 48), (8192, 1 if args.smoke else 8)):
             try:
                 rec[str(L)] = recall_accuracy(m2, tok, synth, L, n, device, seed=1000 + L, batch=4 if L <= 2048 else 1)
                 log(f"recall@{L}: {rec[str(L)]['correct']}/{rec[str(L)]['questions']}")
