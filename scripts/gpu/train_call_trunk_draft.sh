@@ -6,7 +6,11 @@
 #   meta.tar.xz (receipts, logs, loss plots).
 # TOKENIZER_FROM=models/dsv4-tiny.gguf: keep that model's tokenizer (rebuilt by tokenizer_from_gguf.py
 #   and checked against tests/data/tiny_refs/heldout_ids.txt) instead of training one.
-# DRAFT=0: the trunk alone (the whole GPU). TRUNK_ARGS: the trunk's curriculum flags.
+# INIT_FROM=models/dsv4-tiny.gguf: that, and start the trunk from its weights (gguf_to_hf.py).
+# DRAFT=0: the trunk alone (the whole GPU). TRUNK_ARGS: the trunk's flags (curriculum, lr).
+# TRUNK_END=N: the trunk's deadline, N s after the start (default 565).
+# HEADS=1: then, in the same call, the drafting heads on the new trunk and its regression-test
+#   numbers (train_call_heads.sh, REFS=1 FIXTURES=0, until 575 s): for a trunk of a few minutes.
 set -u
 T0=$(date +%s)
 export PYTHONUNBUFFERED=1
@@ -14,6 +18,11 @@ S=scripts/gpu/train_tiny.py
 W=/tmp/dsv4_call
 rm -rf "$W"; mkdir -p "$W"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+INIT=
+if [ -n "${INIT_FROM:-}" ]; then
+  python3 scripts/gpu/gguf_to_hf.py "$INIT_FROM" "$W/init_hf" || exit 1
+  TOKENIZER_FROM=$INIT_FROM INIT="--init-hf $W/init_hf"
+fi
 if [ -n "${TOKENIZER_FROM:-}" ]; then
   python3 scripts/gpu/tokenizer_from_gguf.py "$TOKENIZER_FROM" "$W/tok/tokenizer.json" || exit 1
   python3 - "$W/tok/tokenizer.json" <<'PY' || exit 1
@@ -39,10 +48,10 @@ if [ "${DRAFT:-1}" != 0 ]; then
   DRAFT_PID=$!
 fi
 TRUNK_ARGS=${TRUNK_ARGS:-"--synth-frac 0.4 --recall-share 0.6 --short-recall 0.7"}
-python3 "$S" --corpus .corpus --tokenizer "$TOK" --out "$W/trunk" --deadline $((T0 + 565)) \
-  $TRUNK_ARGS > "$W/trunk.out" 2>&1
+python3 "$S" --corpus .corpus --tokenizer "$TOK" --out "$W/trunk" --deadline $((T0 + ${TRUNK_END:-565})) \
+  $INIT $TRUNK_ARGS > "$W/trunk.out" 2>&1
 RC=$?
-if [ $RC -ne 0 ] && [ $(( $(date +%s) - T0 )) -lt 200 ]; then
+if [ $RC -ne 0 ] && [ -z "$INIT" ] && [ $(( $(date +%s) - T0 )) -lt 200 ]; then
   echo "trunk failed early (rc $RC); retrying with the default curriculum"; tail -30 "$W/trunk.out"
   mv "$W/trunk.out" "$W/trunk_failed.out"
   python3 "$S" --corpus .corpus --tokenizer "$TOK" --out "$W/trunk" --deadline $((T0 + 565)) \
@@ -58,4 +67,7 @@ cp "$W"/trunk/ckpt.tar.xz.* "$OUT/trunk/" 2>/dev/null
 cp "$W"/draft/ckpt.tar.xz.* "$OUT/draft/" 2>/dev/null
 (cd "$W" && tar cJf "$OUT/meta.tar.xz" *.out tok/tokenizer.json trunk/receipt.json trunk/loss.png trunk/train.log \
    draft/receipt.json draft/loss.png draft/train.log 2>/dev/null)
+if [ "${HEADS:-0}" != 0 ] && [ $RC -eq 0 ]; then
+  TRUNK_CKPT="$W/trunk" REFS=1 FIXTURES=0 SMOKE=0 T0=$T0 bash scripts/gpu/train_call_heads.sh
+fi
 ls -la "$OUT" "$OUT"/*

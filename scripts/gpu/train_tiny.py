@@ -980,6 +980,9 @@ def parse_args():
     ap.add_argument("--short-recall", type=float, default=0.0,
                     help="at the start, share of recall rows packed with short episodes (192-768 tokens); "
                          "falls linearly to a fifth of it at 60%% of the training time (a curriculum)")
+    ap.add_argument("--init-hf", default="",
+                    help="start from this HF folder's weights (e.g. gguf_to_hf.py of the shipped model) with a "
+                         "fresh optimizer; unlike --resume it is a new run (its own step count and schedule)")
     ap.add_argument("--near-recall", type=float, default=0.0,
                     help="at the start, share of recall rows packed with near_recall episodes (facts "
                          "mostly within the sliding window); falls linearly to a fifth of it at 50%% of "
@@ -1100,6 +1103,9 @@ def main():
     torch.manual_seed(args.seed)
     if resume_dir and full is None:
         model = DeepseekV4ForCausalLM.from_pretrained(os.path.join(resume_dir, "hf"), dtype=torch.float32)
+    elif args.init_hf:  # weights only (gguf_to_hf.py of a shipped model): a new run, fresh optimizer
+        model = DeepseekV4ForCausalLM.from_pretrained(args.init_hf, dtype=torch.float32)
+        log(f"init: weights from {args.init_hf}")
     else:
         cfg = DeepseekV4Config(**copy.deepcopy(cfg_kwargs))
         model = DeepseekV4ForCausalLM(cfg).float()
@@ -1427,7 +1433,7 @@ def main():
         what=("dsv4 embedded default model (issue 4): tiny DeepSeek-V4, transformers DeepseekV4ForCausalLM"
               if args.size == "trunk" else "dsv4 draft model (issue 4): same tokenizer, every layer type"),
         size=args.size, short_recall=args.short_recall, recall_share=args.recall_share,
-        near_recall=args.near_recall, near_copy=args.near_copy,
+        near_recall=args.near_recall, near_copy=args.near_copy, init_hf=args.init_hf or None,
         run_id=state["run_id"], command=" ".join(sys.argv), gpu=gpu, torch=torch.__version__,
         transformers=transformers.__version__, tokenizers=__import__("tokenizers").__version__,
         steps=step, tokens_seen=state["tokens"], train_minutes_total=state["train_seconds"] / 60,

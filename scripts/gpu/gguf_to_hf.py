@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""A dsv4 GGUF back to a Hugging Face folder that transformers' DeepseekV4ForCausalLM loads:
+config.json (the one the GGUF was converted from, dsv4.hf_config_json), model.safetensors
+(float32, the GGUF's values dequantised) and tokenizer.json (tokenizer_from_gguf.py).
+
+    python3 scripts/gpu/gguf_to_hf.py models/dsv4-tiny.gguf OUT_DIR
+
+Why: training checkpoints do not outlive a device session, the shipped GGUF does; this lets
+train_tiny.py --init-hf continue from the shipped weights (Q8_0: within half a quantisation step
+of the trained bf16 ones). The names are the inverse of src/io/convert_hf.cpp's first choices
+(the official checkpoint names, which transformers 5.17 also saves). The MTP block
+(blk.{n_layers}+, nextn.*) is left out: heads are trained on a trunk (train_heads.py).
+Needs numpy.
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tokenizer_from_gguf as tg  # noqa: E402
+
+F32, F16, Q8_0, BF16, I32 = 0, 1, 8, 30, 26  # ggml type ids
+TYPE_SIZE = {F32: 4, F16: 2, BF16: 2, I32: 4}
+
+# GGUF per-block suffix -> HF suffix under model.layers.N. (convert_hf.cpp's convert_block).
+BLOCK = {
+    "attn_norm.weight": "attn_norm.weight",
+    "ffn_norm.weight": "ffn_norm.weight",
+    "hc_attn_fn.weight": "hc_attn_fn", "hc_attn_base.weight": "hc_attn_base", "hc_attn_scale.weight": "hc_attn_scale",
+    "hc_ffn_fn.weight": "hc_ffn_fn", "hc_ffn_base.weight": "hc_ffn_base", "hc_ffn_scale.weight": "hc_ffn_scale",
+    "attn_q_a.weight": "attn.wq_a.weight",
+    "attn_q_a_norm.weight": "attn.q_norm.weight",
+    "attn_q_b.weight": "attn.wq_b.weight",
+    "attn_kv.weight": "attn.wkv.weight",
+    "attn_kv_a_norm.weight": "attn.norm.weight",
+    "attn_output_a.weight": "attn.wo_a.weight",
+    "attn_output_b.weight": "attn.wo_b.weight",
+    "attn_sinks.weight": "attn.attn_sink",
+    "attn_compressor_kv.weight": "attn.compressor.wkv.weight",
+    "attn_compressor_gate.weight": "attn.compressor.wgate.weight",
+    "attn_compressor_ape.weight": "attn.compressor.ape",
+    "attn_compressor_norm.weight": "attn.compressor.norm.weight",
+    "indexer.attn_q_b.weight": "attn.indexer.wq_b.weight",
+    "indexer.proj.weight": "attn.indexer.weights_proj.weight",
+    "indexer_compressor_kv.weight": "attn.indexer.compressor.wkv.weight",
+    "indexer_compressor_gate.weight": "attn.indexer.compressor.wgate.weight",
+    "indexer_compressor_ape.weight": "attn.indexer.compressor.ape",
+    "indexer_compressor_norm.weight": "attn.indexer.compressor.norm.weight",
+    "ffn_gate_inp.weight": "ffn.gate.weight",
+    "exp_probs_b.bias": "ffn.gate.bias",
+    "ffn_gate_tid2eid.weight": "ffn.gate.tid2eid",
+    "ffn_gate_shexp.weight": "ffn.shared_experts.w1.weight",
+    "ffn_up_shexp.weight": "ffn.shared_experts.w3.weight",
+    "ffn_down_shexp.weight": "ffn.shared_experts.w2.weight",
+}
+EXPERTS = {"ffn_gate_exps.weight": "w1", "ffn_up_exps.weight": "w3", "ffn_down_exps.weight": "w2"}
+TOP = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output.weight": "head.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output_hc_fn.weight": "model.hc_head.hc_fn",
+    "output_hc_base.weight": "model.hc_head.hc_base",
+    "output_hc_scale.weight": "model.hc_head.hc_scale",
+}
+
+
+def read_gguf(path):
+    """(metadata, {name: numpy array in the HF/row-major shape}); float tensors as float32."""
+    kv = tg.read_metadata(path)
+    with open(path, "rb") as f:
+        buf = f.read()
+    # Walk the header again to the tensor infos (read_metadata stops at the metadata).
+    at = 8
+    n_tensors, n_kv = struct.unpack_from("<QQ", buf, at)
+    at += 16
+
+    def string():
+        nonlocal at
+        n = struct.unpack_from("<Q", buf, at)[0]
+        at += 8
+        s = buf[at:at + n].decode("utf-8")
+        at += n
+        return s
+
+    def skip_value(t):
+        nonlocal at
+        if t in tg.SCALAR:
+            at += struct.calcsize(tg.SCALAR[t])
+        elif t == tg.STRING:
+            string()
+        else:
+            et, n = struct.unpack_from("<IQ", buf, at)
+            at += 12
+            for _ in range(n):
+                skip_value(et)
+
+    for _ in range(n_kv):
+        string()
+        t = struct.unpack_from("<I", buf, at)[0]
+        at += 4
+        skip_value(t)
+    infos = []
+    for _ in range(n_tensors):
+        name = string()
+        nd = struct.unpack_from("<I", buf, at)[0]
+        at += 4
+        ne = list(struct.unpack_from(f"<{nd}Q", buf, at))
+        at += 8 * nd
+        typ, off = struct.unpack_from("<IQ", buf, at)
+        at += 12
+        infos.append((name, ne, typ, off))
+    align = kv.get("general.alignment", 32)
+    base = (at + align - 1) // align * align
+    tensors = {}
+    for name, ne, typ, off in infos:
+        shape = list(reversed(ne))  # row-major: the first GGUF dimension is the row length
+        n = int(np.prod(ne))
+        p = base + off
+        if typ == Q8_0:
+            blocks = np.frombuffer(buf, dtype=np.uint8, count=n // 32 * 34, offset=p).reshape(-1, 34)
+            d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
+            q = blocks[:, 2:].copy().view(np.int8).astype(np.float32)
+            a = (q * d).reshape(shape)
+        elif typ in (F32, F16, I32):
+            dt = {F32: np.float32, F16: np.float16, I32: np.int32}[typ]
+            a = np.frombuffer(buf, dtype=dt, count=n, offset=p).reshape(shape)
+            a = a.astype(np.int64 if typ == I32 else np.float32)
+        elif typ == BF16:
+            raw = np.frombuffer(buf, dtype=np.uint16, count=n, offset=p).astype(np.uint32) << 16
+            a = raw.view(np.float32).reshape(shape)
+        else:
+            raise SystemExit(f"{path}: tensor {name} has ggml type {typ}; only F32, F16, BF16, Q8_0, I32 convert back")
+        tensors[name] = a
+    return kv, tensors
+
+
+def to_hf(kv, tensors, path):
+    cfg = json.loads(kv["dsv4.hf_config_json"])
+    n_layers = int(kv["deepseek4.block_count"]) - int(kv.get("deepseek4.nextn_predict_layers", 0))
+    out = {}
+    for name, a in tensors.items():
+        if name in TOP:
+            out[TOP[name]] = a
+            continue
+        parts = name.split(".", 2)
+        if parts[0] != "blk":
+            raise SystemExit(f"{path}: unknown tensor {name}")
+        layer, suffix = int(parts[1]), parts[2]
+        if layer >= n_layers:
+            continue  # the MTP block
+        pre = f"model.layers.{layer}."
+        if suffix in EXPERTS:
+            for e in range(a.shape[0]):
+                out[pre + f"ffn.experts.{e}.{EXPERTS[suffix]}.weight"] = a[e]
+        elif suffix in BLOCK:
+            out[pre + BLOCK[suffix]] = a
+        else:
+            raise SystemExit(f"{path}: unknown tensor {name}")
+    return cfg, out
+
+
+def write_safetensors(tensors, path):
+    header, chunks, at = {}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name])
+        dt = "I64" if a.dtype == np.int64 else "F32"
+        a = a.astype(np.int64 if dt == "I64" else np.float32)
+        b = a.tobytes()
+        header[name] = dict(dtype=dt, shape=list(a.shape), data_offsets=[at, at + len(b)])
+        chunks.append(b)
+        at += len(b)
+    header["__metadata__"] = {"format": "pt"}
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in chunks:
+            f.write(b)
+
+
+def main():
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: gguf_to_hf.py MODEL.gguf OUT_DIR")
+    src, out = sys.argv[1:]
+    kv, tensors = read_gguf(src)
+    if "dsv4.hf_config_json" not in kv:
+        raise SystemExit(f"{src}: no dsv4.hf_config_json (not converted from a Hugging Face checkpoint by dsv4)")
+    cfg, hf = to_hf(kv, tensors, src)
+
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    write_safetensors(hf, os.path.join(out, "model.safetensors"))
+    if "tokenizer.ggml.tokens" in kv:
+        with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(tg.tokenizer_json(kv, src), f, ensure_ascii=False)
+    print(f"{out}: {len(hf)} tensors, {sum(a.size for a in hf.values()) / 1e6:.2f} M values")
+
+
+if __name__ == "__main__":
+    main()
