@@ -1188,13 +1188,13 @@ def main():
                     if u <= 0:
                         task = name
                         break
-                u = rng.random()
-                if task == "recall" and u < near_share(args.near_recall):
-                    res = packed_recall(rng, near=True)
+                # (no draw without the near flags: runs without them keep their data)
+                near = {"recall": args.near_recall, "copy": args.near_copy}.get(task, 0.0)
+                if near > 0 and rng.random() < near_share(near):
+                    res = (packed_recall(rng, near=True) if task == "recall" else
+                           build_synthetic(tok, synth, rng, S, "short_copy", args.answer_weight))
                 elif task == "recall" and rng.random() < short_recall_share():
                     res = packed_recall(rng)
-                elif task == "copy" and u < near_share(args.near_copy):
-                    res = build_synthetic(tok, synth, rng, S, "short_copy", args.answer_weight)
                 else:
                     res = build_synthetic(tok, synth, rng, S, task, args.answer_weight)
             if res is not None:
