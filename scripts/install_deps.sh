@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages dsv4 needs to build and test, only those that are missing.
 set -euo pipefail
-packages=(g++ make cmake pkg-config python3 nlohmann-json3-dev libcli11-dev libgtest-dev libpcre2-dev libcpp-httplib-dev)
+# python3-numpy: tests/gguf_to_hf_roundtrip.sh runs scripts/gpu/gguf_to_hf.py with Debian's python3.
+packages=(g++ make cmake pkg-config python3 python3-numpy nlohmann-json3-dev libcli11-dev libgtest-dev libpcre2-dev libcpp-httplib-dev)
 # The tokenizer test compares with the reference JavaScript tokenizer from npm.
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
