@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu/gguf_to_hf.py (what continues training from a shipped model) inverts dsv4 convert:
 #   1. mini_flash's HF checkpoint -> GGUF (f32) -> HF gives back every tensor of the fixture exactly;
-#   2. the shipped trunk (Q8_0) -> HF -> GGUF (q8_0) gives back every trunk tensor exactly, and the
-#      rebuilt tokenizer.json embeds the same tokenizer (dsv4 convert reads it back into the GGUF).
+#   2. the shipped model (Q8_0, with its MTP block) -> HF (+ mtp.safetensors) -> GGUF (q8_0) gives
+#      back every tensor exactly, and the rebuilt tokenizer.json embeds the same tokenizer.
 # Uses Debian's python3 with numpy (scripts/install_deps.sh).
 set -eu
 bin=$1
@@ -41,16 +41,14 @@ print(f"mini_flash: {len(got)} tensors back, {len(bad)} differ")
 
 kv1, t1 = g.read_gguf(src + "/models/dsv4-tiny.gguf")
 kv2, t2 = g.read_gguf(tmp + "/tiny.gguf")
-n_layers = kv1["deepseek4.block_count"] - kv1["deepseek4.nextn_predict_layers"]
-trunk = [k for k in t1 if not (k.startswith("blk.") and int(k.split(".")[1]) >= n_layers)]
-if sorted(trunk) != sorted(t2):
-    print("trunk names differ:", sorted(set(trunk) ^ set(t2))[:8]); fails += 1
-bad = [k for k in trunk if k in t2 and (t1[k].shape != t2[k].shape or not np.array_equal(t1[k], t2[k]))]
+if sorted(t1) != sorted(t2):
+    print("dsv4-tiny names differ:", sorted(set(t1) ^ set(t2))[:8]); fails += 1
+bad = [k for k in t1 if k in t2 and (t1[k].shape != t2[k].shape or not np.array_equal(t1[k], t2[k]))]
 if bad:
-    print("trunk tensors differ:", sorted(bad)[:8]); fails += 1
-for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
+    print("dsv4-tiny tensors differ:", sorted(bad)[:8]); fails += 1
+for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "deepseek4.nextn_predict_layers", "dsv4.hf_config_json"):
     if kv1[key] != kv2[key]:
         print(key, "differs"); fails += 1
-print(f"dsv4-tiny trunk: {len(trunk)} tensors back bit for bit ({len(bad)} differ), tokenizer kept")
+print(f"dsv4-tiny: {len(t1)} tensors back bit for bit ({len(bad)} differ), MTP block and tokenizer kept")
 sys.exit(1 if fails else 0)
 PY

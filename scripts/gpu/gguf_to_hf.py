@@ -9,7 +9,8 @@ Why: training checkpoints do not outlive a device session, the shipped GGUF does
 train_tiny.py --init-hf continue from the shipped weights (Q8_0: within half a quantisation step
 of the trained bf16 ones). The names are the inverse of src/io/convert_hf.cpp's first choices
 (the official checkpoint names, which transformers 5.17 also saves). The MTP block
-(blk.{n_layers}+, nextn.*) is left out: heads are trained on a trunk (train_heads.py).
+(blk.{n_layers}+, nextn.*) goes to mtp.safetensors (mtp.I.*, as train_heads.py writes it), which
+transformers does not load and dsv4 convert does: the folder converts back to the same GGUF.
 Needs numpy.
 """
 import json
@@ -55,6 +56,14 @@ BLOCK = {
     "ffn_gate_shexp.weight": "ffn.shared_experts.w1.weight",
     "ffn_up_shexp.weight": "ffn.shared_experts.w3.weight",
     "ffn_down_shexp.weight": "ffn.shared_experts.w2.weight",
+}
+# The MTP block's own tensors (convert_nextn), under mtp.I. like the rest of that block.
+NEXTN = {
+    "nextn.e_proj.weight": "e_proj.weight", "nextn.h_proj.weight": "h_proj.weight",
+    "nextn.enorm.weight": "enorm.weight", "nextn.hnorm.weight": "hnorm.weight",
+    "nextn.shared_head_norm.weight": "norm.weight",
+    "nextn.hc_head_fn.weight": "hc_head_fn", "nextn.hc_head_base.weight": "hc_head_base",
+    "nextn.hc_head_scale.weight": "hc_head_scale",
 }
 EXPERTS = {"ffn_gate_exps.weight": "w1", "ffn_up_exps.weight": "w3", "ffn_down_exps.weight": "w2"}
 TOP = {
@@ -138,9 +147,10 @@ def read_gguf(path):
 
 
 def to_hf(kv, tensors, path):
-    cfg = json.loads(kv["dsv4.hf_config_json"])
+    """(trunk tensors, MTP tensors): HF names as transformers saves them (model.layers.N.*), the
+    MTP block in the official naming (mtp.I.*) that train_heads.py writes."""
     n_layers = int(kv["deepseek4.block_count"]) - int(kv.get("deepseek4.nextn_predict_layers", 0))
-    out = {}
+    out, mtp = {}, {}
     for name, a in tensors.items():
         if name in TOP:
             out[TOP[name]] = a
@@ -149,17 +159,17 @@ def to_hf(kv, tensors, path):
         if parts[0] != "blk":
             raise SystemExit(f"{path}: unknown tensor {name}")
         layer, suffix = int(parts[1]), parts[2]
-        if layer >= n_layers:
-            continue  # the MTP block
-        pre = f"model.layers.{layer}."
+        dst, pre = (out, f"model.layers.{layer}.") if layer < n_layers else (mtp, f"mtp.{layer - n_layers}.")
         if suffix in EXPERTS:
             for e in range(a.shape[0]):
-                out[pre + f"ffn.experts.{e}.{EXPERTS[suffix]}.weight"] = a[e]
+                dst[pre + f"ffn.experts.{e}.{EXPERTS[suffix]}.weight"] = a[e]
         elif suffix in BLOCK:
-            out[pre + BLOCK[suffix]] = a
+            dst[pre + BLOCK[suffix]] = a
+        elif suffix in NEXTN and dst is mtp:
+            dst[pre + NEXTN[suffix]] = a
         else:
             raise SystemExit(f"{path}: unknown tensor {name}")
-    return cfg, out
+    return out, mtp
 
 
 def write_safetensors(tensors, path):
@@ -189,16 +199,19 @@ def main():
     kv, tensors = read_gguf(src)
     if "dsv4.hf_config_json" not in kv:
         raise SystemExit(f"{src}: no dsv4.hf_config_json (not converted from a Hugging Face checkpoint by dsv4)")
-    cfg, hf = to_hf(kv, tensors, src)
+    hf, mtp = to_hf(kv, tensors, src)
 
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
+        f.write(kv["dsv4.hf_config_json"])  # verbatim
     write_safetensors(hf, os.path.join(out, "model.safetensors"))
+    if mtp:  # beside the trunk, as train_heads.py's output is put there for dsv4 convert
+        write_safetensors(mtp, os.path.join(out, "mtp.safetensors"))
     if "tokenizer.ggml.tokens" in kv:
         with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
             json.dump(tg.tokenizer_json(kv, src), f, ensure_ascii=False)
-    print(f"{out}: {len(hf)} tensors, {sum(a.size for a in hf.values()) / 1e6:.2f} M values")
+    print(f"{out}: {len(hf)} tensors, {sum(a.size for a in hf.values()) / 1e6:.2f} M values"
+          + (f"; MTP block: {len(mtp)} tensors (mtp.safetensors)" if mtp else ""))
 
 
 if __name__ == "__main__":
