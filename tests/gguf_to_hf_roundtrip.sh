@@ -2,7 +2,8 @@
 # scripts/gpu/gguf_to_hf.py (what continues training from a shipped model) inverts dsv4 convert:
 #   1. mini_flash's HF checkpoint -> GGUF (f32) -> HF gives back every tensor of the fixture exactly;
 #   2. the shipped model (Q8_0, with its MTP block) -> HF (+ mtp.safetensors) -> GGUF (q8_0) gives
-#      back every tensor exactly, and the rebuilt tokenizer.json embeds the same tokenizer.
+#      back every tensor exactly, and the rebuilt tokenizer.json embeds the same tokenizer;
+#   3. the shipped DSpark drafter -> dspark.safetensors + dspark_config.json -> GGUF, the same.
 # Uses Debian's python3 with numpy (scripts/install_deps.sh).
 set -eu
 bin=$1
@@ -14,6 +15,8 @@ trap 'rm -rf "$tmp"' EXIT
 $py "$src/scripts/gpu/gguf_to_hf.py" "$tmp/mf.gguf" "$tmp/mf_hf"
 $py "$src/scripts/gpu/gguf_to_hf.py" "$src/models/dsv4-tiny.gguf" "$tmp/tiny_hf"
 "$bin" convert --hf "$tmp/tiny_hf" --out "$tmp/tiny.gguf" --dtype q8_0 > /dev/null
+$py "$src/scripts/gpu/gguf_to_hf.py" "$src/models/dsv4-tiny-dspark.gguf" "$tmp/dspark"
+"$bin" convert --dspark "$tmp/dspark" --out "$tmp/dspark.gguf" --dtype q8_0 > /dev/null
 $py - "$src" "$tmp" <<'PY'
 import json, struct, sys
 import numpy as np
@@ -50,5 +53,13 @@ for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "deepseek4.nextn_p
     if kv1[key] != kv2[key]:
         print(key, "differs"); fails += 1
 print(f"dsv4-tiny: {len(t1)} tensors back bit for bit ({len(bad)} differ), MTP block and tokenizer kept")
+
+kv1, t1 = g.read_gguf(src + "/models/dsv4-tiny-dspark.gguf")
+kv2, t2 = g.read_gguf(tmp + "/dspark.gguf")
+bad = [k for k in t1 if k not in t2 or t1[k].shape != t2[k].shape or not np.array_equal(t1[k], t2[k])]
+meta = [k for k in set(kv1) | set(kv2) if k != "general.name" and kv1.get(k) != kv2.get(k)]
+if bad or meta or len(t1) != len(t2):
+    print("dspark differs:", sorted(bad)[:8], meta); fails += 1
+print(f"dsv4-tiny-dspark: {len(t1)} tensors back bit for bit ({len(bad)} differ), metadata kept")
 sys.exit(1 if fails else 0)
 PY

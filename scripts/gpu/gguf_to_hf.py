@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """A dsv4 GGUF back to a Hugging Face folder that transformers' DeepseekV4ForCausalLM loads:
 config.json (the one the GGUF was converted from, dsv4.hf_config_json), model.safetensors
-(float32, the GGUF's values dequantised) and tokenizer.json (tokenizer_from_gguf.py).
+(float32, the GGUF's values dequantised) and tokenizer.json (tokenizer_from_gguf.py). A DSpark
+drafter GGUF gives dspark.safetensors + dspark_config.json instead (dsv4 convert --dspark's input).
 
     python3 scripts/gpu/gguf_to_hf.py models/dsv4-tiny.gguf OUT_DIR
+    python3 scripts/gpu/gguf_to_hf.py models/dsv4-tiny-dspark.gguf OUT_DIR
 
 Why: training checkpoints do not outlive a device session, the shipped GGUF does; this lets
 train_tiny.py --init-hf continue from the shipped weights (Q8_0: within half a quantisation step
@@ -57,13 +59,23 @@ BLOCK = {
     "ffn_up_shexp.weight": "ffn.shared_experts.w3.weight",
     "ffn_down_shexp.weight": "ffn.shared_experts.w2.weight",
 }
-# The MTP block's own tensors (convert_nextn), under mtp.I. like the rest of that block.
+# The MTP block's own tensors (convert_nextn), under mtp.I. like the rest of that block, named as
+# train_heads.py's export_mtp writes them (the head collapse as hc_head.hc_*).
 NEXTN = {
     "nextn.e_proj.weight": "e_proj.weight", "nextn.h_proj.weight": "h_proj.weight",
     "nextn.enorm.weight": "enorm.weight", "nextn.hnorm.weight": "hnorm.weight",
     "nextn.shared_head_norm.weight": "norm.weight",
-    "nextn.hc_head_fn.weight": "hc_head_fn", "nextn.hc_head_base.weight": "hc_head_base",
-    "nextn.hc_head_scale.weight": "hc_head_scale",
+    "nextn.hc_head_fn.weight": "hc_head.hc_fn", "nextn.hc_head_base.weight": "hc_head.hc_base",
+    "nextn.hc_head_scale.weight": "hc_head.hc_scale",
+}
+# A DSpark drafter GGUF (src/io/convert_dspark.cpp) keeps the safetensors names; its
+# dspark_config.json fields come from these keys.
+DSPARK_CONFIG = {
+    "block_size": "dsv4.dspark.block_size", "n_layers": "dsv4.dspark.layer_count",
+    "n_heads": "dsv4.dspark.head_count", "head_dim": "dsv4.dspark.head_dim",
+    "ffn": "dsv4.dspark.feed_forward_length", "markov_rank": "dsv4.dspark.markov_rank",
+    "noise_token_id": "dsv4.dspark.noise_token_id", "vocab_size": "dsv4.dspark.vocab_size",
+    "rms_eps": "dsv4.dspark.layer_norm_rms_epsilon",
 }
 EXPERTS = {"ffn_gate_exps.weight": "w1", "ffn_up_exps.weight": "w3", "ffn_down_exps.weight": "w2"}
 TOP = {
@@ -192,11 +204,22 @@ def write_safetensors(tensors, path):
             f.write(b)
 
 
+def write_dspark(kv, tensors, src, out):
+    """dspark.safetensors + dspark_config.json, what dsv4 convert --dspark reads."""
+    os.makedirs(out, exist_ok=True)
+    write_safetensors(tensors, os.path.join(out, "dspark.safetensors"))
+    with open(os.path.join(out, "dspark_config.json"), "w") as f:
+        json.dump({k: kv[v] for k, v in DSPARK_CONFIG.items()}, f, indent=1)
+    print(f"{out}: DSpark drafter, {len(tensors)} tensors")
+
+
 def main():
     if len(sys.argv) != 3:
         raise SystemExit("usage: gguf_to_hf.py MODEL.gguf OUT_DIR")
     src, out = sys.argv[1:]
     kv, tensors = read_gguf(src)
+    if kv.get("general.architecture") == "dsv4-dspark":
+        return write_dspark(kv, tensors, src, out)
     if "dsv4.hf_config_json" not in kv:
         raise SystemExit(f"{src}: no dsv4.hf_config_json (not converted from a Hugging Face checkpoint by dsv4)")
     hf, mtp = to_hf(kv, tensors, src)
