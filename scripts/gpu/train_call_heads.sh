@@ -5,6 +5,7 @@
 # checkpoint parts) carried. Results in $OUT: heads.tar.xz, head_fixture.tar.xz, heads.log.
 # TRUNK_CKPT=DIR: the trunk's checkpoint parts elsewhere than .tiny_ckpt; SMOKE=0 skips the smoke run;
 # T0=EPOCH: the call's start when another script began it (the heads stop 575 s after it).
+# HEADS_ARGS: more train_heads.py flags (e.g. --init-heads DIR --lr 1e-3).
 # FIXTURES=0 skips the head fixtures (they hold random heads on tests/fixtures/mini_flash, so a new
 # trunk does not change them); REFS=1 first writes the trunk's regression-test numbers
 # (make_model_refs.py on the checkpoint's hf/ folder) to $OUT/tiny_refs.tar.xz.
@@ -31,7 +32,7 @@ if [ "${SMOKE:-1}" != 0 ]; then
   if [ $RC -ne 0 ]; then echo "smoke failed (rc $RC)"; cp /tmp/heads_smoke.log "$OUT/heads.log"; exit 1; fi
 fi
 python3 scripts/gpu/train_heads.py --corpus .corpus --trunk "$CK" --out /tmp/dsv4_heads \
-  --deadline $((T0 + 575)) > /tmp/heads.log 2>&1
+  --deadline $((T0 + 575)) ${HEADS_ARGS:-} > /tmp/heads.log 2>&1
 echo "heads rc $? after $(( $(date +%s) - T0 )) s"
 tail -15 /tmp/heads.log
 cp /tmp/heads.log "$OUT/heads.log"

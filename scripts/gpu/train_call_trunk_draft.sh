@@ -6,7 +6,8 @@
 #   meta.tar.xz (receipts, logs, loss plots).
 # TOKENIZER_FROM=models/dsv4-tiny.gguf: keep that model's tokenizer (rebuilt by tokenizer_from_gguf.py
 #   and checked against tests/data/tiny_refs/heldout_ids.txt) instead of training one.
-# INIT_FROM=models/dsv4-tiny.gguf: that, and start the trunk from its weights (gguf_to_hf.py).
+# INIT_FROM=models/dsv4-tiny.gguf: that, and start the trunk from its weights (gguf_to_hf.py);
+#   with HEADS=1 the heads start from its MTP block and from ${INIT_FROM%.gguf}-dspark.gguf.
 # DRAFT=0: the trunk alone (the whole GPU). TRUNK_ARGS: the trunk's flags (curriculum, lr).
 # TRUNK_END=N: the trunk's deadline, N s after the start (default 565).
 # HEADS=1: then, in the same call, the drafting heads on the new trunk and its regression-test
@@ -22,6 +23,9 @@ INIT=
 if [ -n "${INIT_FROM:-}" ]; then
   python3 scripts/gpu/gguf_to_hf.py "$INIT_FROM" "$W/init_hf" || exit 1
   TOKENIZER_FROM=$INIT_FROM INIT="--init-hf $W/init_hf"
+  DSPARK_FROM=${INIT_FROM%.gguf}-dspark.gguf
+  [ -f "$DSPARK_FROM" ] && python3 scripts/gpu/gguf_to_hf.py "$DSPARK_FROM" "$W/init_hf" &&
+    export HEADS_ARGS="--init-heads $W/init_hf ${HEADS_ARGS:-}"
 fi
 if [ -n "${TOKENIZER_FROM:-}" ]; then
   python3 scripts/gpu/tokenizer_from_gguf.py "$TOKENIZER_FROM" "$W/tok/tokenizer.json" || exit 1

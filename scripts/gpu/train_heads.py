@@ -63,6 +63,9 @@ def parse_args():
     ap.add_argument("--anchors", type=int, default=8192, help="DSpark anchors sampled per batch")
     ap.add_argument("--seed", type=int, default=77)
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--init-heads", default="",
+                    help="folder with mtp.safetensors + dspark.safetensors (gguf_to_hf.py of the shipped "
+                         "GGUFs) to start both heads from")
     return ap.parse_args()
 
 
@@ -180,6 +183,35 @@ def build(trunk, device):
     return mtp, ds, mcfg
 
 
+def init_heads(mtp, ds, mcfg, trunk, d):
+    """Both heads from an earlier model's (d: gguf_to_hf.py's mtp.safetensors and dspark.safetensors
+    of the shipped GGUFs), so that a trunk trained further gets heads adapted rather than new."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import DeepseekV4ForCausalLM
+    own = {k[len("mtp.0."):]: v for k, v in load_file(os.path.join(d, "mtp.safetensors")).items()
+           if k.startswith("mtp.0.")}
+    with torch.no_grad():
+        for name, mod in (("e_proj", mtp.e_proj), ("h_proj", mtp.h_proj), ("enorm", mtp.enorm), ("hnorm", mtp.hnorm)):
+            mod.weight.copy_(own.pop(f"{name}.weight"))
+    # The rest is the 1-layer model as transformers saves it (export_mtp's inverse); it is loaded
+    # through from_pretrained, which maps the saved names onto the modules.
+    saved = {("model." + k if k.startswith("hc_head.") or k == "norm.weight" else "model.layers.0." + k): v
+             for k, v in own.items()}
+    saved["model.embed_tokens.weight"] = trunk.model.embed_tokens.weight.detach().float().cpu()
+    saved["head.weight"] = trunk.lm_head.weight.detach().float().cpu()
+    tmp = "/tmp/dsv4_mtp_init"
+    os.makedirs(tmp, exist_ok=True)
+    mcfg.to_json_file(os.path.join(tmp, "config.json"))
+    save_file({k: v.contiguous() for k, v in saved.items()}, os.path.join(tmp, "model.safetensors"),
+              metadata={"format": "pt"})
+    m1 = DeepseekV4ForCausalLM.from_pretrained(tmp, dtype=torch.float32)
+    mtp.lm.load_state_dict(m1.state_dict())
+    dsw = {k[len("dspark."):]: v for k, v in load_file(os.path.join(d, "dspark.safetensors")).items()}
+    ds.load_state_dict(dsw)
+    log(f"heads: initialised from {d} (MTP {len(own) + 4} tensors, DSpark {len(dsw)})")
+
+
 def export_mtp(mtp, path):
     """mtp.0.* in the official naming: the block's names come from saving the 1-layer model (HF
     writes the upstream names), renamed layers.0.X -> mtp.0.X; its head collapse and norm are
@@ -263,6 +295,13 @@ def main():
     log(f"corpus {len(stream) / 1e6:.2f}M tokens, held-out {len(held)} tokens")
 
     mtp, ds, mcfg = build(trunk, device)
+    if args.init_heads:
+        try:
+            init_heads(mtp, ds, mcfg, trunk, args.init_heads)
+        except Exception as e:  # noqa: BLE001  (the heads then start as build() made them)
+            log(f"heads: init from {args.init_heads} failed ({type(e).__name__}: {str(e)[:300]}); "
+                "starting from the trunk-derived init")
+            mtp, ds, mcfg = build(trunk, device)
     params = [p for p in list(mtp.parameters()) + list(ds.parameters()) if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.05)
     n_mtp = sum(p.numel() for p in mtp.parameters())
