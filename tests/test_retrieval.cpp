@@ -148,6 +148,12 @@ TEST(Retrieval, TrialAnswersFromAMarkEqualFreshSessionsAndAreDeterministic) {
         go.stop = {"\n"};
         GenerateStats st = generate(fresh, *l.tok, l.tok->encode(task.body + "\n\n" + question_text(task.names[size_t(i)]), true), go);
         EXPECT_EQ(r.answers[q], answer_text(st.text)) << q;
+        // the distance: the whole prompt less what comes before the fact's first character
+        const std::string prompt = task.body + "\n\n" + question_text(task.names[size_t(i)]);
+        const int64_t before = int64_t(l.tok->encode(task.body.substr(0, task.fact_offsets[size_t(i)]), true).size());
+        ASSERT_EQ(r.distance_tokens.size(), 3u);
+        EXPECT_EQ(r.distance_tokens[q], int64_t(l.tok->encode(prompt, true).size()) - before) << q;
+        EXPECT_GT(r.distance_tokens[q], int64_t(l.tok->encode(question_text(task.names[size_t(i)]), false).size())) << q;
         EXPECT_EQ(bool(r.correct[q]), answer_correct(st.text, task.codes[size_t(i)]));
         correct += r.correct[q];
     }

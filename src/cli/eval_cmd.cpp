@@ -41,7 +41,7 @@ int run_retrieval(const EvalArgs& a) {
     RetrievalData data = load_retrieval_data(a.names, a.filler);
 
     nlohmann::json rows = nlohmann::json::array();
-    int passed = 0, keys_ok = 0;
+    int passed = 0, keys_ok = 0, far = 0, far_ok = 0;  // far: facts beyond the sliding window
     Sha256 all;
     for (long i = 0; i < a.trials; ++i) {
         const uint64_t seed = a.seed + uint64_t(i);
@@ -67,8 +67,13 @@ int run_retrieval(const EvalArgs& a) {
                     r.output_sha256.c_str());
         for (size_t q = 0; q < r.answers.size(); ++q) {
             const int k = task.order[q];
-            std::printf("  %-12s code %s  answer \"%s\"%s\n", task.names[size_t(k)].c_str(), task.codes[size_t(k)].c_str(),
-                        r.answers[q].c_str(), r.correct[q] ? "" : "  (wrong)");
+            std::printf("  %-12s code %s  answer \"%s\"  %lld tokens back%s\n", task.names[size_t(k)].c_str(),
+                        task.codes[size_t(k)].c_str(), r.answers[q].c_str(), (long long)r.distance_tokens[q],
+                        r.correct[q] ? "" : "  (wrong)");
+            if (r.distance_tokens[q] > c.window) {
+                far += 1;
+                far_ok += r.correct[q];
+            }
         }
         nlohmann::json t = {{"seed", seed},          {"prompt_tokens", r.prompt_tokens},
                             {"shared_tokens", r.shared_tokens}, {"keys_correct", r.n_correct},
@@ -81,6 +86,7 @@ int run_retrieval(const EvalArgs& a) {
                           {"code", task.codes[size_t(k)]},
                           {"answer", r.answers[q]},
                           {"correct", bool(r.correct[q])},
+                          {"distance_tokens", r.distance_tokens[q]},
                           {"fact_offset_frac", double(task.fact_offsets[size_t(k)]) / double(task.body.size())}});
         }
         t["questions"] = qs;
@@ -98,12 +104,16 @@ int run_retrieval(const EvalArgs& a) {
         j["trials"] = rows;
         j["score_frac"] = double(passed) / double(a.trials);
         j["keys_correct_frac"] = double(keys_ok) / double(a.trials * a.keys);
+        j["sliding_window"] = c.window;
+        j["beyond_window_keys"] = far;
+        j["beyond_window_keys_correct"] = far_ok;
         j["output_sha256"] = output_sha;
         write_json_file(a.json, j);
     }
-    std::printf("retrieval: score %d/%ld trials with all %ld keys exact (%.1f%%), keys %d/%ld, output sha256 %s\n",
-                passed, a.trials, a.keys, 100.0 * passed / double(a.trials), keys_ok, a.trials * a.keys,
-                output_sha.c_str());
+    std::printf("retrieval: score %d/%ld trials with all %ld keys exact (%.1f%%), keys %d/%ld (%d/%d beyond the "
+                "%d-token sliding window), output sha256 %s\n",
+                passed, a.trials, a.keys, 100.0 * passed / double(a.trials), keys_ok, a.trials * a.keys, far_ok, far,
+                c.window, output_sha.c_str());
     return 0;
 }
 

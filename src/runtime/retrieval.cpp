@@ -212,6 +212,8 @@ RetrievalTrial run_trial(Session& s, const Tokenizer& tok, const RetrievalTask& 
         GenerateStats st = generate(s, tok, prompts[q], go);
         if (st.cached_tokens != int64_t(shared)) fail("retrieval: the shared prefix was not reused");
         const int i = task.order[q];
+        const size_t before = tok.encode(task.body.substr(0, task.fact_offsets[size_t(i)]), bos).size();
+        r.distance_tokens.push_back(int64_t(prompts[q].size()) - int64_t(before));
         const std::string ans = answer_text(st.text);
         const bool ok = answer_correct(st.text, task.codes[size_t(i)]);
         r.answers.push_back(ans);

@@ -59,6 +59,9 @@ struct RetrievalTrial {
     int64_t shared_tokens = 0;   // the prefix prefilled once for all questions
     std::vector<std::string> answers;  // per question, in asking order
     std::vector<bool> correct;
+    // per question: tokens from its fact's first token to the answer (the prompt's end); facts
+    // further back than the sliding window reach the answer only through compressed attention
+    std::vector<int64_t> distance_tokens;
     int n_correct = 0;
     bool pass = false;           // all N exact
     std::string output_sha256;   // of "name\tanswer\n" per question, in asking order
