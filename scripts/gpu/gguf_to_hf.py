@@ -90,13 +90,10 @@ TOP = {
 
 def read_gguf(path):
     """(metadata, {name: numpy array in the HF/row-major shape}); float tensors as float32."""
-    kv = tg.read_metadata(path)
     with open(path, "rb") as f:
         buf = f.read()
-    # Walk the header again to the tensor infos (read_metadata stops at the metadata).
-    at = 8
-    n_tensors, n_kv = struct.unpack_from("<QQ", buf, at)
-    at += 16
+    kv, at = tg.parse_metadata(buf, path)
+    n_tensors = struct.unpack_from("<Q", buf, 8)[0]
 
     def string():
         nonlocal at
@@ -106,23 +103,6 @@ def read_gguf(path):
         at += n
         return s
 
-    def skip_value(t):
-        nonlocal at
-        if t in tg.SCALAR:
-            at += struct.calcsize(tg.SCALAR[t])
-        elif t == tg.STRING:
-            string()
-        else:
-            et, n = struct.unpack_from("<IQ", buf, at)
-            at += 12
-            for _ in range(n):
-                skip_value(et)
-
-    for _ in range(n_kv):
-        string()
-        t = struct.unpack_from("<I", buf, at)[0]
-        at += 4
-        skip_value(t)
     infos = []
     for _ in range(n_tensors):
         name = string()
@@ -217,7 +197,10 @@ def main():
     if len(sys.argv) != 3:
         raise SystemExit("usage: gguf_to_hf.py MODEL.gguf OUT_DIR")
     src, out = sys.argv[1:]
-    kv, tensors = read_gguf(src)
+    try:
+        kv, tensors = read_gguf(src)
+    except (struct.error, ValueError, UnicodeDecodeError) as e:
+        raise SystemExit(f"{src}: truncated or malformed GGUF ({e})")
     if kv.get("general.architecture") == "dsv4-dspark":
         return write_dspark(kv, tensors, src, out)
     if "dsv4.hf_config_json" not in kv:

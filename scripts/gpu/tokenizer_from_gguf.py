@@ -22,10 +22,8 @@ SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?"
 STRING, ARRAY = 8, 9
 
 
-def read_metadata(path):
-    """The GGUF's key-value section as a dict (arrays as lists)."""
-    with open(path, "rb") as f:
-        buf = f.read(64 << 20)  # the metadata of a small model is far smaller than this
+def parse_metadata(buf, path):
+    """(the key-value section as a dict, arrays as lists; the offset just after it) of a GGUF's bytes."""
     at = 0
 
     def take(fmt):
@@ -63,7 +61,13 @@ def read_metadata(path):
     for _ in range(n_kv):
         k = string()
         kv[k] = value(take("<I"))
-    return kv
+    return kv, at
+
+
+def read_metadata(path):
+    with open(path, "rb") as f:
+        buf = f.read(64 << 20)  # the metadata of a small model is far smaller than this
+    return parse_metadata(buf, path)[0]
 
 
 def tokenizer_json(kv, path):
@@ -89,7 +93,11 @@ def main():
     if len(sys.argv) != 3:
         raise SystemExit("usage: tokenizer_from_gguf.py MODEL.gguf OUT/tokenizer.json")
     src, out = sys.argv[1:]
-    j = tokenizer_json(read_metadata(src), src)
+    try:
+        kv = read_metadata(src)
+    except (struct.error, UnicodeDecodeError) as e:
+        raise SystemExit(f"{src}: truncated or malformed GGUF ({e})")
+    j = tokenizer_json(kv, src)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         json.dump(j, f, ensure_ascii=False)
