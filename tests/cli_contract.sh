@@ -45,5 +45,8 @@ expect 2 "needs a prompt" -- "$bin" run --model "$tmp/t.gguf"
 expect 2 "temperature" -- "$bin" run --model "$tmp/t.gguf" -p "x" --temp -1
 expect 2 "DSV4_MODEL=/no/such.gguf" -- env DSV4_MODEL=/no/such.gguf "$bin" run -p "x"
 expect 1 "more than the model's vocabulary" -- "$bin" convert --hf "$src/tests/fixtures/odd_order" --tokenizer "$tokjson" --out "$tmp/x.gguf"
+# dsv4 eval retrieval (embedded model): a prompt too short for its keys is the caller's to fix.
+expect 2 "--tokens 72: could not size a prompt of 1 key" -- "$bin" eval retrieval --keys 1 --tokens 72 --trials 40
+expect 2 "--tokens: Value 10 not in range 64" -- "$bin" eval retrieval --tokens 10
 if [ $failures -ne 0 ]; then echo "$failures CLI contract check(s) failed"; exit 1; fi
 echo "CLI contract: all checks passed"
