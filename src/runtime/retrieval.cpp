@@ -172,7 +172,8 @@ RetrievalTask build_task_for_tokens(const RetrievalData& data, const Tokenizer& 
         // hit: the caller's number, so a usage error that says what to change.
         if (attempt >= 7)
             throw UsageError(cat("--tokens ", target, ": could not size a prompt of ", n_keys,
-                                 n_keys == 1 ? " key" : " keys", " to at most that (the closest had ", n, " tokens); give more tokens"));
+                                 n_keys == 1 ? " key" : " keys", " to at most that (the closest had ", n,
+                                 " tokens); give more tokens"));
         const int64_t body = int64_t(tok.encode(t.body, false).size()), overhead = n - body;
         const double want = double(target - overhead - tol / 2);
         if (want <= 0) throw UsageError(cat("--tokens ", target, ": too short for ", n_keys, " keys"));
