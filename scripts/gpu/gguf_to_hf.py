@@ -26,7 +26,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tokenizer_from_gguf as tg  # noqa: E402
 
 F32, F16, Q8_0, BF16, I32 = 0, 1, 8, 30, 26  # ggml type ids
-TYPE_SIZE = {F32: 4, F16: 2, BF16: 2, I32: 4}
 
 # GGUF per-block suffix -> HF suffix under model.layers.N. (convert_hf.cpp's convert_block).
 BLOCK = {
@@ -92,29 +91,16 @@ def read_gguf(path):
     """(metadata, {name: numpy array in the HF/row-major shape}); float tensors as float32."""
     with open(path, "rb") as f:
         buf = f.read()
-    kv, at = tg.parse_metadata(buf, path)
-    n_tensors = struct.unpack_from("<Q", buf, 8)[0]
-
-    def string():
-        nonlocal at
-        n = struct.unpack_from("<Q", buf, at)[0]
-        at += 8
-        s = buf[at:at + n].decode("utf-8")
-        at += n
-        return s
-
+    kv, r, n_tensors = tg.parse_metadata(buf, path)
     infos = []
     for _ in range(n_tensors):
-        name = string()
-        nd = struct.unpack_from("<I", buf, at)[0]
-        at += 4
-        ne = list(struct.unpack_from(f"<{nd}Q", buf, at))
-        at += 8 * nd
-        typ, off = struct.unpack_from("<IQ", buf, at)
-        at += 12
+        name = r.string()
+        nd = r.take("<I")
+        ne = r.many("<Q", nd)
+        typ, off = r.take("<I"), r.take("<Q")
         infos.append((name, ne, typ, off))
     align = kv.get("general.alignment", 32)
-    base = (at + align - 1) // align * align
+    base = (r.at + align - 1) // align * align
     tensors = {}
     for name, ne, typ, off in infos:
         shape = list(reversed(ne))  # row-major: the first GGUF dimension is the row length

@@ -22,46 +22,55 @@ SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?"
 STRING, ARRAY = 8, 9
 
 
-def parse_metadata(buf, path):
-    """(the key-value section as a dict, arrays as lists; the offset just after it) of a GGUF's bytes."""
-    at = 0
+class Reader:
+    """Little-endian reads from a GGUF's bytes at a moving offset (at)."""
 
-    def take(fmt):
-        nonlocal at
-        v = struct.unpack_from(fmt, buf, at)[0]
-        at += struct.calcsize(fmt)
-        return v
+    def __init__(self, buf, path, at=0):
+        self.buf, self.path, self.at = buf, path, at
 
-    def string():
-        nonlocal at
-        n = take("<Q")
-        s = buf[at:at + n].decode("utf-8")
-        at += n
+    def take(self, fmt):
+        """One value of struct format fmt ("<Q")."""
+        return self.many(fmt, 1)[0]
+
+    def many(self, fmt, n):
+        """n values of struct format fmt, as a list."""
+        f = f"<{n}{fmt[1:]}"
+        v = struct.unpack_from(f, self.buf, self.at)
+        self.at += struct.calcsize(f)
+        return list(v)
+
+    def string(self):
+        n = self.take("<Q")
+        s = self.buf[self.at:self.at + n].decode("utf-8")
+        self.at += n
         return s
 
-    def value(t):
+    def value(self, t):
         if t in SCALAR:
-            return take(SCALAR[t])
+            return self.take(SCALAR[t])
         if t == STRING:
-            return string()
+            return self.string()
         if t == ARRAY:
-            et, n = take("<I"), take("<Q")
-            return [value(et) for _ in range(n)]
-        raise SystemExit(f"{path}: unknown GGUF value type {t}")
+            et, n = self.take("<I"), self.take("<Q")
+            return [self.value(et) for _ in range(n)]
+        raise SystemExit(f"{self.path}: unknown GGUF value type {t}")
 
+
+def parse_metadata(buf, path):
+    """(the key-value section as a dict, arrays as lists; a Reader just after it, at the tensor
+    infos; the tensor count) of a GGUF's bytes."""
     if buf[:4] != b"GGUF":
         raise SystemExit(f"{path}: not a GGUF file")
-    at = 4
-    version = take("<I")
+    r = Reader(buf, path, 4)
+    version = r.take("<I")
     if version != 3:
         raise SystemExit(f"{path}: GGUF version {version}, expected 3")
-    take("<Q")  # tensor count
-    n_kv = take("<Q")
+    n_tensors, n_kv = r.take("<Q"), r.take("<Q")
     kv = {}
     for _ in range(n_kv):
-        k = string()
-        kv[k] = value(take("<I"))
-    return kv, at
+        k = r.string()
+        kv[k] = r.value(r.take("<I"))
+    return kv, r, n_tensors
 
 
 def read_metadata(path):

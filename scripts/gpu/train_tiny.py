@@ -453,16 +453,13 @@ def build_synthetic(tok, synth, rng, seq, task, answer_weight, eval_names=False,
             n = int(n * target / len(ids) * 0.97)
         else:
             return None
-    elif task == "near_recall":
-        text, spans, meta = synth.near_recall(rng, target, eval_names=eval_names)
-        ids, offs = tok.encode(text)
-        ids, offs = ids[:target], offs[:target]
-    elif task == "short_copy":
-        text, spans, meta = synth.copy(rng, target, short=True)
-        ids, offs = tok.encode(text)
-        ids, offs = ids[:target], offs[:target]
     else:
-        text, spans, meta = getattr(synth, task)(rng, target)
+        if task == "near_recall":
+            text, spans, meta = synth.near_recall(rng, target, eval_names=eval_names)
+        elif task == "short_copy":
+            text, spans, meta = synth.copy(rng, target, short=True)
+        else:
+            text, spans, meta = getattr(synth, task)(rng, target)
         ids, offs = tok.encode(text)
         ids, offs = ids[:target], offs[:target]
     # answers of recall and tool calls count answer_weight times; copies and arithmetic once
